@@ -1,0 +1,120 @@
+// Package arch holds the per-architecture facts the unwinder needs, as data:
+// how NT_PRSTATUS lays out the registers, which DWARF registers are the stack
+// pointer, frame pointer and link register, what a frame record looks like,
+// and how to recognise a signal-return trampoline and where the kernel saved
+// the interrupted registers. The unwinder loop never switches on the
+// architecture: it reads these tables.
+package arch
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/unwound-dev/unwound/handler/regs"
+)
+
+// Arch describes one target architecture.
+type Arch struct {
+	Name    string // the report's name: "x86_64", "aarch64", "arm", "riscv64"
+	Machine elf.Machine
+	Class   elf.Class
+	PtrSize int
+	Order   binary.ByteOrder
+
+	SP int // DWARF number of the stack pointer
+	FP int // DWARF number of the frame pointer
+	LR int // DWARF number of the link register, -1 when calls push the return address
+	RA int // default return-address column of CFI
+
+	// PRStatus maps pr_reg words, in the kernel's order, to DWARF numbers.
+	// PRStatusPC is the index of the program counter in pr_reg.
+	PRStatus   []int
+	PRStatusPC int
+	// PRStatusMin is the fewest pr_reg words a valid NT_PRSTATUS carries.
+	PRStatusMin int
+
+	// FrameRecord is where a frame-pointer chain keeps the caller's frame
+	// pointer and return address, as offsets from the frame pointer.
+	FrameRecord struct{ PrevFP, RA int64 }
+
+	// MinInsn is the size of the shortest call instruction: caller frames
+	// look up unwind rules at return address − 1, and a return address
+	// below this is garbage.
+	MinInsn uint64
+
+	// Sigreturns lists the kernel and libc signal-return trampolines.
+	Sigreturns []Sigreturn
+
+	// PACStrip says return addresses may carry pointer-authentication bits
+	// that must be cleared (AArch64).
+	PACStrip bool
+}
+
+// Sigreturn describes a signal-return trampoline: its instruction bytes and
+// where the kernel's signal frame keeps the interrupted registers.
+type Sigreturn struct {
+	Name string
+	Code []byte // instruction bytes; the PC is at their start (return address of the handler)
+	// Regs is the offset from SP (at the trampoline) to the saved register
+	// block; Slots maps DWARF registers to offsets inside that block, and
+	// PCSlot is the offset of the interrupted program counter.
+	Regs   int64
+	Slots  []Slot
+	PCSlot int64
+}
+
+// Slot is one saved register in a signal frame.
+type Slot struct {
+	Reg int
+	Off int64
+}
+
+// ByMachine returns the architecture of an ELF core or binary.
+func ByMachine(m elf.Machine, c elf.Class) (*Arch, error) {
+	for _, a := range all {
+		if a.Machine == m && a.Class == c {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("arch: unsupported machine %v (%v)", m, c)
+}
+
+// ByName returns the architecture with the report name n.
+func ByName(n string) (*Arch, error) {
+	for _, a := range all {
+		if a.Name == n {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("arch: unknown architecture %q", n)
+}
+
+var all = []*Arch{X86_64, AArch64, RISCV64, ARM}
+
+// FromPRStatus returns the program counter and the DWARF register set of a
+// thread from its NT_PRSTATUS pr_reg words.
+func (a *Arch) FromPRStatus(words []uint64) (pc uint64, rs regs.Set, err error) {
+	if len(words) < a.PRStatusMin {
+		return 0, rs, fmt.Errorf("arch %s: NT_PRSTATUS has %d registers, want at least %d", a.Name, len(words), a.PRStatusMin)
+	}
+	for i, n := range a.PRStatus {
+		if n >= 0 && i < len(words) {
+			rs.Set(n, words[i])
+		}
+	}
+	return words[a.PRStatusPC], rs, nil
+}
+
+// StripPAC clears pointer-authentication bits from a return address. mask
+// is the kernel's NT_ARM_PAC_MASK insn mask, or 0 when unknown, in which
+// case everything above a 48-bit user address space is cleared.
+func (a *Arch) StripPAC(v, mask uint64) uint64 {
+	if !a.PACStrip {
+		return v
+	}
+	if mask == 0 {
+		mask = 0xffff_0000_0000_0000
+	}
+	return v &^ mask
+}
