@@ -1,0 +1,254 @@
+package module
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/unwound-dev/unwound/handler/cfi"
+)
+
+// MaxSection caps how much of one section is read: no real unwind table
+// comes near it, and a hostile header must not make the handler allocate
+// the size it claims.
+const MaxSection = 32 << 20
+
+// File is the part of an ELF file the unwinder uses.
+type File struct {
+	Machine elf.Machine
+	Class   elf.Class
+	Order   binary.ByteOrder
+
+	loads []seg
+	r     io.ReaderAt
+
+	BuildID []byte // NT_GNU_BUILD_ID, nil when absent
+
+	EHFrame    *cfi.Table // .eh_frame (through .eh_frame_hdr when present)
+	DebugFrame *cfi.Table // .debug_frame, in unstripped files
+
+	// ARM EHABI tables: .ARM.exidx and .ARM.extab with their addresses.
+	Exidx, Extab         []byte
+	ExidxAddr, ExtabAddr uint64
+
+	// TableErrs says why a present table could not be used.
+	TableErrs []error
+}
+
+type seg struct {
+	Vaddr, Off, Filesz, Memsz uint64
+	Flags                     elf.ProgFlag
+}
+
+func (f *File) execSegment() (seg, bool) {
+	for _, s := range f.loads {
+		if s.Flags&elf.PF_X != 0 {
+			return s, true
+		}
+	}
+	return seg{}, false
+}
+
+// HasUnwindInfo reports whether the file has any unwind table.
+func (f *File) HasUnwindInfo() bool {
+	return f.EHFrame != nil || f.DebugFrame != nil || len(f.Exidx) > 0
+}
+
+// ReadCode reads file-backed bytes at a file virtual address.
+func (f *File) ReadCode(vaddr uint64, p []byte) error {
+	for _, s := range f.loads {
+		if vaddr >= s.Vaddr && vaddr-s.Vaddr < s.Filesz && uint64(len(p)) <= s.Filesz-(vaddr-s.Vaddr) {
+			_, err := f.r.ReadAt(p, int64(s.Off+(vaddr-s.Vaddr)))
+			return err
+		}
+	}
+	return fmt.Errorf("address %#x not in a file-backed segment", vaddr)
+}
+
+// Load reads an ELF file's identity and unwind tables. r is read with
+// bounded reads (pread), never mapped, so a file truncated underneath us is
+// an I/O error rather than a SIGBUS.
+func Load(r io.ReaderAt) (*File, error) {
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r}
+	var hdrProg *elf.Prog
+	for _, p := range ef.Progs {
+		switch p.Type {
+		case elf.PT_LOAD:
+			f.loads = append(f.loads, seg{p.Vaddr, p.Off, p.Filesz, p.Memsz, p.Flags})
+		case elf.PT_GNU_EH_FRAME:
+			hdrProg = p
+		case elf.PT_NOTE:
+			if f.BuildID == nil {
+				f.BuildID = buildID(p.Open(), p.Filesz, ef.ByteOrder)
+			}
+		}
+	}
+	if f.BuildID == nil {
+		for _, s := range ef.Sections {
+			if s.Type == elf.SHT_NOTE && s.Type != elf.SHT_NOBITS {
+				if id := buildID(s.Open(), s.Size, ef.ByteOrder); id != nil {
+					f.BuildID = id
+					break
+				}
+			}
+		}
+	}
+	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, Machine: ef.Machine}
+
+	eh, ehAddr := sectionData(ef, ".eh_frame")
+	hdr, hdrAddr := sectionData(ef, ".eh_frame_hdr")
+	if hdr == nil && hdrProg != nil && hdrProg.Filesz <= MaxSection {
+		// Section headers stripped: PT_GNU_EH_FRAME still locates the hdr,
+		// and its eh_frame_ptr locates .eh_frame, which runs to the end of
+		// its segment at most.
+		hdr = make([]byte, hdrProg.Filesz)
+		if _, err := hdrProg.ReadAt(hdr, 0); err != nil {
+			hdr = nil
+		}
+		hdrAddr = hdrProg.Vaddr
+	}
+	if eh == nil && hdr != nil {
+		eh, ehAddr = f.ehFrameFromHdr(hdr, hdrAddr)
+	}
+	if len(eh) > 0 {
+		t, err := cfi.NewEHFrame(eh, ehAddr, hdr, hdrAddr, ca)
+		if err != nil {
+			f.TableErrs = append(f.TableErrs, fmt.Errorf(".eh_frame: %w", err))
+		} else {
+			f.EHFrame = t
+		}
+	}
+	if df, _ := sectionData(ef, ".debug_frame"); len(df) > 0 {
+		t, err := cfi.NewDebugFrame(df, ca)
+		if err != nil {
+			f.TableErrs = append(f.TableErrs, fmt.Errorf(".debug_frame: %w", err))
+		} else {
+			f.DebugFrame = t
+		}
+	}
+	f.Exidx, f.ExidxAddr = sectionData(ef, ".ARM.exidx")
+	f.Extab, f.ExtabAddr = sectionData(ef, ".ARM.extab")
+	if f.Exidx == nil {
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_ARM_EXIDX && p.Filesz <= MaxSection {
+				b := make([]byte, p.Filesz)
+				if _, err := p.ReadAt(b, 0); err == nil {
+					f.Exidx, f.ExidxAddr = b, p.Vaddr
+				}
+			}
+		}
+	}
+	return f, nil
+}
+
+// CodeID is the identity of a file without a GNU build ID: the first 16
+// bytes of the SHA-256 of the first page of its executable segment.
+func (f *File) CodeID() (string, error) {
+	x, ok := f.execSegment()
+	if !ok {
+		return "", errors.New("no executable segment")
+	}
+	n := x.Filesz
+	if n > 4096 {
+		n = 4096
+	}
+	b := make([]byte, n)
+	if _, err := f.r.ReadAt(b, int64(x.Off)); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+func ptrSize(c elf.Class) int {
+	if c == elf.ELFCLASS32 {
+		return 4
+	}
+	return 8
+}
+
+func sectionData(ef *elf.File, name string) ([]byte, uint64) {
+	s := ef.Section(name)
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 || s.Size > MaxSection {
+		return nil, 0
+	}
+	b, err := s.Data()
+	if err != nil {
+		return nil, 0
+	}
+	return b, s.Addr
+}
+
+// ehFrameFromHdr reads .eh_frame from the address in an .eh_frame_hdr
+// (LSB 5.0 "eh_frame_hdr"): version 1, then the encoded eh_frame_ptr.
+func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64) ([]byte, uint64) {
+	if len(hdr) < 8 || hdr[0] != 1 {
+		return nil, 0
+	}
+	var addr uint64
+	switch hdr[1] {
+	case 0x1b: // pcrel | sdata4
+		addr = hdrAddr + 4 + uint64(int64(int32(f.Order.Uint32(hdr[4:]))))
+	case 0x03: // udata4
+		addr = uint64(f.Order.Uint32(hdr[4:]))
+	case 0x00: // absptr
+		if f.Class == elf.ELFCLASS32 {
+			addr = uint64(f.Order.Uint32(hdr[4:]))
+		} else if len(hdr) >= 12 {
+			addr = f.Order.Uint64(hdr[4:])
+		}
+	default:
+		return nil, 0
+	}
+	for _, s := range f.loads {
+		if addr >= s.Vaddr && addr-s.Vaddr < s.Filesz {
+			n := s.Filesz - (addr - s.Vaddr)
+			if n > MaxSection {
+				n = MaxSection
+			}
+			b := make([]byte, n)
+			if _, err := f.r.ReadAt(b, int64(s.Off+(addr-s.Vaddr))); err != nil {
+				return nil, 0
+			}
+			return b, addr
+		}
+	}
+	return nil, 0
+}
+
+// buildID scans ELF notes for NT_GNU_BUILD_ID (type 3, owner "GNU").
+func buildID(r io.Reader, size uint64, order binary.ByteOrder) []byte {
+	if size > 1<<16 {
+		return nil
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil
+	}
+	for len(b) >= 12 {
+		nsz, dsz, typ := order.Uint32(b), order.Uint32(b[4:]), order.Uint32(b[8:])
+		b = b[12:]
+		na, da := align4(uint64(nsz)), align4(uint64(dsz))
+		if na > uint64(len(b)) || da > uint64(len(b))-na {
+			return nil
+		}
+		name := b[:nsz]
+		desc := b[na : na+uint64(dsz)]
+		if typ == 3 && bytes.Equal(bytes.TrimRight(name, "\x00"), []byte("GNU")) && len(desc) > 0 {
+			return append([]byte(nil), desc...)
+		}
+		b = b[na+da:]
+	}
+	return nil
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }

@@ -1,0 +1,124 @@
+// Package module finds the ELF files mapped into a crashed process, works
+// out where each one was loaded, and reads the few parts of each file the
+// unwinder needs: its build ID, its unwind tables and, for signal-trampoline
+// detection, its code bytes. Nothing else of a file is read.
+package module
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Mapping is one file-backed mapping of the process, from NT_FILE or
+// /proc/<pid>/maps.
+type Mapping struct {
+	Start, End uint64
+	Offset     uint64 // file offset of Start, in bytes
+	Path       string
+	Perms      string // "r-xp" from /proc/<pid>/maps, "" from NT_FILE
+}
+
+// Module is one ELF file as the process sees it: the runtime range of all
+// its mappings and, once loaded, its identity and unwind tables.
+type Module struct {
+	Path       string
+	Start, End uint64    // runtime range covering every mapping of the file
+	Maps       []Mapping // in address order
+
+	// RuntimeOffset is Start − Offset of the mapping holding the executable
+	// segment; CompiledOffset is p_vaddr − p_offset of that segment. A PC
+	// maps to the file's address space as pc − RuntimeOffset + CompiledOffset.
+	RuntimeOffset  uint64
+	CompiledOffset uint64
+
+	BuildID     string // lowercase hex
+	BuildIDKind string // "gnu", or "code" for the fallback hash
+
+	File *File // nil until Load succeeded
+	Err  error // why loading failed, for the report
+}
+
+// Bias is what to subtract from a runtime address to get the address in the
+// file's own address space (its p_vaddr numbering).
+func (m *Module) Bias() uint64 { return m.RuntimeOffset - m.CompiledOffset }
+
+// Contains reports whether pc lies in one of the module's mappings.
+func (m *Module) Contains(pc uint64) bool {
+	if pc < m.Start || pc >= m.End {
+		return false
+	}
+	for _, mp := range m.Maps {
+		if pc >= mp.Start && pc < mp.End {
+			return true
+		}
+	}
+	return false
+}
+
+// Group turns mappings into modules: one per file, in address order. Special
+// mappings ("[stack]", "[heap]", anonymous) are left out; the vDSO is added
+// by the caller from AT_SYSINFO_EHDR. The kernel's " (deleted)" suffix is
+// kept in Path for the report; opening goes through map_files first.
+func Group(maps []Mapping) []*Module {
+	byPath := map[string]*Module{}
+	var mods []*Module
+	for _, mp := range maps {
+		if mp.Path == "" || strings.HasPrefix(mp.Path, "[") || mp.End <= mp.Start {
+			continue
+		}
+		m := byPath[mp.Path]
+		if m == nil {
+			m = &Module{Path: mp.Path, Start: mp.Start, End: mp.End}
+			byPath[mp.Path] = m
+			mods = append(mods, m)
+		}
+		if mp.Start < m.Start {
+			m.Start = mp.Start
+		}
+		if mp.End > m.End {
+			m.End = mp.End
+		}
+		m.Maps = append(m.Maps, mp)
+	}
+	for _, m := range mods {
+		sort.Slice(m.Maps, func(i, j int) bool { return m.Maps[i].Start < m.Maps[j].Start })
+		// Until the file is read, assume the first mapping starts at file
+		// offset 0 of a file linked at 0 (a PIE or shared library).
+		m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].Start < mods[j].Start })
+	return mods
+}
+
+// Find returns the index of the module containing pc, or -1.
+func Find(mods []*Module, pc uint64) int {
+	i := sort.Search(len(mods), func(i int) bool { return mods[i].End > pc })
+	for ; i < len(mods) && mods[i].Start <= pc; i++ {
+		if mods[i].Contains(pc) {
+			return i
+		}
+	}
+	return -1
+}
+
+// placeFile fixes the module's offsets from the file's executable segment:
+// the mapping holding that segment's file offset gives the runtime offset.
+func (m *Module) placeFile(f *File) error {
+	x, ok := f.execSegment()
+	if !ok {
+		return fmt.Errorf("no executable PT_LOAD")
+	}
+	m.CompiledOffset = x.Vaddr - x.Off
+	for _, mp := range m.Maps {
+		if x.Off >= mp.Offset && x.Off < mp.Offset+(mp.End-mp.Start) {
+			m.RuntimeOffset = mp.Start - mp.Offset
+			return nil
+		}
+	}
+	// NT_FILE may omit the mapping (a partial dump); fall back to the
+	// first mapping, right for every file whose segments keep
+	// p_vaddr − p_offset constant (GNU ld's default).
+	m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
+	return nil
+}

@@ -1,0 +1,249 @@
+package unwind
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/cfi"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/regs"
+)
+
+type unwinder struct {
+	p *Process
+}
+
+// step recovers the caller of cur. Strategies, in order: the signal
+// trampoline (by its instruction bytes), DWARF CFI (.debug_frame, then
+// .eh_frame), the link register for a first frame outside every module
+// (a call through a wild pointer), then the frame-pointer chain.
+func (u *unwinder) step(cur state, first bool) (state, string, error) {
+	a := u.p.Arch
+	mi := module.Find(u.p.Modules, cur.pc)
+	if mi < 0 {
+		if first {
+			// PC 0 or garbage: the call that jumped there left its return
+			// address in LR, or at [SP] on x86.
+			if next, err := u.fromLR(cur); err == nil {
+				return next, MethodLR, nil
+			}
+		}
+		return state{}, "", &stepError{StopOutside, fmt.Sprintf("pc %#x is in no module", cur.pc)}
+	}
+	m := u.p.Modules[mi]
+	if next, ok, err := u.sigreturn(m, cur); ok {
+		return next, MethodSignal, err
+	}
+	var why error
+	if m.File != nil {
+		next, err := u.cfi(m, cur)
+		if err == nil {
+			return next, MethodCFI, nil
+		}
+		var se *stepError
+		if errors.As(err, &se) {
+			return state{}, "", err
+		}
+		why = err
+	} else {
+		why = fmt.Errorf("%s: %v", m.Path, m.Err)
+	}
+	if first && a.LR >= 0 {
+		// A leaf function keeps its return address in LR; without unwind
+		// info that is the best first step (gdb does the same).
+		if next, err := u.fromLR(cur); err == nil && module.Find(u.p.Modules, next.pc) >= 0 {
+			return next, MethodLR, nil
+		}
+	}
+	if next, err := u.framePointer(cur); err == nil {
+		return next, MethodFP, nil
+	}
+	return state{}, "", &stepError{StopNoUnwindInfo, why.Error()}
+}
+
+// lookupPC is where a frame's unwind rules are looked up: the PC itself
+// for an interrupted instruction, the byte before the return address
+// otherwise (a call as a function's last instruction returns past its end).
+func lookupPC(s state) uint64 {
+	if s.exact {
+		return s.pc
+	}
+	return s.pc - 1
+}
+
+func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
+	a := u.p.Arch
+	pc := lookupPC(cur) - m.Bias()
+	var lastErr error = errNoCFI
+	for _, t := range []*cfi.Table{m.File.DebugFrame, m.File.EHFrame} {
+		if t == nil {
+			continue
+		}
+		fde, err := t.Lookup(pc)
+		if err != nil {
+			if !errors.Is(err, cfi.ErrNoFDE) {
+				lastErr = err
+			}
+			continue
+		}
+		row, err := t.Row(fde, pc)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		caller, _, ra, err := row.Step(&cur.rs, u.p.Mem, a.SP)
+		if errors.Is(err, cfi.ErrUndefinedRA) {
+			return state{}, &stepError{StopEndOfStack, "return address undefined (outermost frame)"}
+		}
+		if err != nil {
+			return state{}, &stepError{StopMemory, err.Error()}
+		}
+		if a.PACStrip {
+			ra = a.StripPAC(ra, u.p.PACMask)
+		}
+		// The caller's PC comes from the return-address column; on x86 that
+		// column is rip itself.
+		if a.LR < 0 {
+			caller.Set(a.RA, ra)
+		}
+		return state{pc: ra, rs: caller, exact: row.SignalFrame}, nil
+	}
+	return state{}, lastErr
+}
+
+var errNoCFI = errors.New("no CFI covers the pc")
+
+// fromLR takes the return address from the link register, or from [SP] on
+// architectures whose calls push it.
+func (u *unwinder) fromLR(cur state) (state, error) {
+	a := u.p.Arch
+	next := cur
+	next.exact = false
+	if a.LR >= 0 {
+		lr, ok := cur.rs.Get(a.LR)
+		if !ok || lr == 0 {
+			return state{}, errors.New("no link register")
+		}
+		next.pc = a.StripPAC(lr, u.p.PACMask)
+		// The caller's LR is unknown until its own rules say.
+		next.rs.Clear(a.LR)
+		return next, nil
+	}
+	sp, ok := cur.rs.Get(a.SP)
+	if !ok {
+		return state{}, errors.New("no stack pointer")
+	}
+	ra, err := u.readPtr(sp)
+	if err != nil {
+		return state{}, err
+	}
+	next.pc = ra
+	next.rs.Set(a.SP, sp+uint64(a.PtrSize))
+	next.rs.Set(a.RA, ra)
+	return next, nil
+}
+
+// framePointer follows the frame record at FP. It is plausible only when
+// the record sits above SP on the stack and the return address lands in a
+// module.
+func (u *unwinder) framePointer(cur state) (state, error) {
+	a := u.p.Arch
+	fp, ok1 := cur.rs.Get(a.FP)
+	sp, ok2 := cur.rs.Get(a.SP)
+	if !ok1 || !ok2 || fp == 0 || fp < sp || fp-sp > 64<<20 || fp%uint64(a.PtrSize) != 0 {
+		return state{}, errors.New("no plausible frame pointer")
+	}
+	prev, err := u.readPtr(fp + uint64(a.FrameRecord.PrevFP))
+	if err != nil {
+		return state{}, err
+	}
+	ra, err := u.readPtr(fp + uint64(a.FrameRecord.RA))
+	if err != nil {
+		return state{}, err
+	}
+	ra = a.StripPAC(ra, u.p.PACMask)
+	if module.Find(u.p.Modules, ra) < 0 {
+		return state{}, fmt.Errorf("frame record return address %#x is in no module", ra)
+	}
+	next := state{pc: ra}
+	next.rs = cur.rs
+	next.rs.Set(a.FP, prev)
+	// The caller's SP is at least just above the frame record.
+	rec := a.FrameRecord.RA
+	if a.FrameRecord.PrevFP > rec {
+		rec = a.FrameRecord.PrevFP
+	}
+	next.rs.Set(a.SP, fp+uint64(rec)+uint64(a.PtrSize))
+	if a.LR >= 0 {
+		next.rs.Clear(a.LR)
+	}
+	return next, nil
+}
+
+// sigreturn recognises a signal trampoline by its instruction bytes and
+// recovers the interrupted registers from the kernel's signal frame.
+func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
+	a := u.p.Arch
+	for i := range a.Sigreturns {
+		sr := &a.Sigreturns[i]
+		code := make([]byte, len(sr.Code))
+		if err := u.readCode(m, cur.pc, code); err != nil || !bytes.Equal(code, sr.Code) {
+			continue
+		}
+		sp, ok := cur.rs.Get(a.SP)
+		if !ok {
+			return state{}, true, &stepError{StopMemory, "no stack pointer at the signal frame"}
+		}
+		base := sp + uint64(sr.Regs)
+		var next state
+		next.exact = true
+		for _, sl := range sr.Slots {
+			v, err := u.readPtr(base + uint64(sl.Off))
+			if err != nil {
+				return state{}, true, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
+			}
+			next.rs.Set(sl.Reg, v)
+		}
+		pc, err := u.readPtr(base + uint64(sr.PCSlot))
+		if err != nil {
+			return state{}, true, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
+		}
+		next.pc = pc
+		return next, true, nil
+	}
+	return state{}, false, nil
+}
+
+// readCode reads instruction bytes at a runtime address: from the file when
+// the module has one (code is not in the core), else from memory (vDSO).
+func (u *unwinder) readCode(m *module.Module, pc uint64, p []byte) error {
+	if m.File != nil {
+		if err := m.File.ReadCode(pc-m.Bias(), p); err == nil {
+			return nil
+		}
+	}
+	_, err := u.p.Mem.ReadAt(p, int64(pc))
+	return err
+}
+
+func (u *unwinder) readPtr(addr uint64) (uint64, error) {
+	return readPtr(u.p.Mem, u.p.Arch, addr)
+}
+
+func readPtr(mem interface {
+	ReadAt([]byte, int64) (int, error)
+}, a *arch.Arch, addr uint64) (uint64, error) {
+	var b [8]byte
+	p := b[:a.PtrSize]
+	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
+		return 0, err
+	}
+	if a.PtrSize == 4 {
+		return uint64(a.Order.Uint32(p)), nil
+	}
+	return a.Order.Uint64(p), nil
+}
+
+var _ = regs.Max

@@ -1,0 +1,185 @@
+// Package unwind walks a thread's stack, frame by frame, trying the
+// strategies in order: signal frame, DWARF CFI, frame pointer, link
+// register. Each frame records the strategy that recovered it, so a reader
+// can judge the trace. The loop is architecture-free: per-architecture facts
+// come from package arch.
+package unwind
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/regs"
+)
+
+// Methods recorded per frame.
+const (
+	MethodContext = "context" // frame 0, from the thread's registers
+	MethodCFI     = "cfi"
+	MethodEHABI   = "ehabi"
+	MethodFP      = "fp"
+	MethodLR      = "lr" // link register, or the return address at SP
+	MethodSignal  = "signal"
+)
+
+// Stop reasons.
+const (
+	StopEndOfStack    = "end_of_stack"
+	StopUndefinedRA   = "undefined_ra"
+	StopNoUnwindInfo  = "no_unwind_info"
+	StopOutside       = "pc_outside_modules"
+	StopSPNotIncrease = "sp_not_increasing"
+	StopRepeated      = "repeated_frame"
+	StopMaxFrames     = "max_frames"
+	StopDeadline      = "deadline"
+	StopMemory        = "memory_unreadable"
+)
+
+// Process is what the unwinder knows of the crashed process.
+type Process struct {
+	Arch    *arch.Arch
+	Modules []*module.Module // sorted by Start
+	// Mem reads the process's memory by virtual address: stacks, and
+	// whatever else the memory source holds.
+	Mem     io.ReaderAt
+	PACMask uint64 // NT_ARM_PAC_MASK insn mask, 0 when unknown
+}
+
+// Options bound one thread's walk.
+type Options struct {
+	MaxFrames int       // frames kept in the result: the first and last halves
+	MaxWalk   int       // frames walked at most (deep recursion), ≥ MaxFrames
+	Deadline  time.Time // zero: none
+}
+
+// Frame is one recovered frame.
+type Frame struct {
+	PC     uint64
+	SP     uint64
+	Method string
+	Module int  // index into Process.Modules, -1 when in none
+	Exact  bool // PC is the interrupted instruction, not a return address
+	Note   string
+}
+
+// Result is one thread's trace.
+type Result struct {
+	Frames []Frame
+	Elided int    // frames walked but dropped from the middle
+	Stop   string // why the walk ended
+	Detail string // what the last strategy said
+}
+
+type state struct {
+	pc    uint64
+	rs    regs.Set
+	exact bool
+}
+
+// Unwind walks one thread from its registers.
+func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
+	if o.MaxFrames <= 0 {
+		o.MaxFrames = 256
+	}
+	if o.MaxWalk < o.MaxFrames {
+		o.MaxWalk = o.MaxFrames
+	}
+	u := unwinder{p: p}
+	var res Result
+	head := (o.MaxFrames + 1) / 2
+	tail := newRing(o.MaxFrames - head)
+	seen := map[[2]uint64]bool{}
+	cur := state{pc: pc, rs: rs, exact: true}
+	method := MethodContext
+	walked := 0
+	for {
+		sp, _ := cur.rs.Get(p.Arch.SP)
+		f := Frame{PC: cur.pc, SP: sp, Method: method, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact}
+		if len(res.Frames) < head {
+			res.Frames = append(res.Frames, f)
+		} else if tail.push(f) {
+			res.Elided++
+		}
+		walked++
+		if walked >= o.MaxWalk {
+			res.Stop = StopMaxFrames
+			break
+		}
+		if !o.Deadline.IsZero() && walked%16 == 0 && time.Now().After(o.Deadline) {
+			res.Stop = StopDeadline
+			break
+		}
+		key := [2]uint64{cur.pc, sp}
+		if seen[key] {
+			res.Stop = StopRepeated
+			break
+		}
+		seen[key] = true
+
+		next, m, err := u.step(cur, walked == 1)
+		if err != nil {
+			res.Stop, res.Detail = stopReason(err)
+			break
+		}
+		if next.pc == 0 {
+			res.Stop = StopEndOfStack
+			break
+		}
+		nsp, _ := next.rs.Get(p.Arch.SP)
+		// Stacks grow down: a caller's SP is never below its callee's, except
+		// across a signal frame, where a handler on a sigaltstack returns to
+		// a stack anywhere.
+		if nsp < sp && m != MethodSignal {
+			res.Stop = StopSPNotIncrease
+			break
+		}
+		cur, method = next, m
+	}
+	res.Frames = append(res.Frames, tail.items()...)
+	return res
+}
+
+// stepError carries a stop reason out of a strategy.
+type stepError struct {
+	reason, detail string
+}
+
+func (e *stepError) Error() string { return e.reason + ": " + e.detail }
+
+func stopReason(err error) (string, string) {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se.reason, se.detail
+	}
+	return StopNoUnwindInfo, err.Error()
+}
+
+// ring keeps the last n frames of a long walk.
+type ring struct {
+	buf  []Frame
+	next int
+	full bool
+}
+
+func newRing(n int) *ring { return &ring{buf: make([]Frame, 0, n)} }
+
+// push adds f and reports whether an older frame was dropped.
+func (r *ring) push(f Frame) bool {
+	if cap(r.buf) == 0 {
+		return true
+	}
+	if len(r.buf) < cap(r.buf) {
+		r.buf = append(r.buf, f)
+		return false
+	}
+	r.buf[r.next] = f
+	r.next = (r.next + 1) % len(r.buf)
+	return true
+}
+
+func (r *ring) items() []Frame {
+	return append(append([]Frame(nil), r.buf[r.next:]...), r.buf[:r.next]...)
+}
