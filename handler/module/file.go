@@ -102,7 +102,7 @@ func Load(r io.ReaderAt) (*File, error) {
 			}
 		}
 	}
-	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, Machine: ef.Machine}
+	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 
 	eh, ehAddr := sectionData(ef, ".eh_frame")
 	hdr, hdrAddr := sectionData(ef, ".eh_frame_hdr")

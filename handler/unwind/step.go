@@ -93,7 +93,7 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 			lastErr = err
 			continue
 		}
-		caller, _, ra, err := row.Step(&cur.rs, u.p.Mem, a.SP)
+		caller, _, ra, err := row.Step(&cur.rs, u.p.Mem, a.SP, cfi.Arch{PtrSize: a.PtrSize, Order: a.Order, AArch64: a.PACStrip})
 		if errors.Is(err, cfi.ErrUndefinedRA) {
 			return state{}, &stepError{StopEndOfStack, "return address undefined (outermost frame)"}
 		}
