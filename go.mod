@@ -3,9 +3,7 @@ module github.com/unwound-dev/unwound
 go 1.22
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
-	github.com/creack/goselect v0.1.2 // indirect
-	github.com/klauspost/compress v1.18.0 // indirect
-	go.bug.st/serial v1.6.4 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	github.com/BurntSushi/toml v1.6.0
+	github.com/klauspost/compress v1.18.0
+	golang.org/x/sys v0.30.0
 )

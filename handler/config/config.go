@@ -1,0 +1,346 @@
+// Package config reads /etc/unwound/unwound.toml, shared by the handler and
+// the uploader. Every key has a default (configs/unwound.toml documents
+// them); unknown keys and bad values are errors that name the key and line.
+// A handler with a broken config still reports the crash: it falls back to
+// the defaults and says so.
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is where packages install the config.
+const DefaultPath = "/etc/unwound/unwound.toml"
+
+// MaxSize bounds the config file: it is read on every crash.
+const MaxSize = 64 << 10
+
+// Config is the whole file.
+type Config struct {
+	Device    Device    `toml:"device"`
+	Handler   Handler   `toml:"handler"`
+	Queue     Queue     `toml:"queue"`
+	RateLimit RateLimit `toml:"rate_limit"`
+	Upload    Upload    `toml:"upload"`
+	Serial    Serial    `toml:"serial"`
+}
+
+// Device identifies the board.
+type Device struct {
+	// ID is sent with every report. Empty: a keyed hash of
+	// /etc/machine-id, never the raw id (systemd treats it as secret).
+	ID string `toml:"id"`
+}
+
+// Handler bounds the crash handler.
+type Handler struct {
+	MaxThreads     int      `toml:"max_threads"`
+	MaxFrames      int      `toml:"max_frames"`
+	Deadline       Duration `toml:"deadline"`
+	FreezeBudget   Duration `toml:"freeze_budget"` // time the crashed process may be held
+	StackWindowKiB int      `toml:"stack_window_kib"`
+	MemoryLimitMiB int      `toml:"memory_limit_mib"`
+	IncludeCmdline bool     `toml:"include_cmdline"`
+	HonorRlimit    bool     `toml:"honor_rlimit_core"`
+	SaveCoreDir    string   `toml:"save_core_dir"`
+}
+
+// Queue is the report queue on flash.
+type Queue struct {
+	Dir           string   `toml:"dir"`
+	MaxEntries    int      `toml:"max_entries"`
+	MaxBytesKiB   int      `toml:"max_bytes_kib"`
+	MinFreeKiB    int      `toml:"min_free_kib"`
+	MaxAge        Duration `toml:"max_age"`
+	WhenFull      string   `toml:"when_full"`
+	AllowVolatile bool     `toml:"allow_volatile"` // accept tmpfs/ramfs (tests, boards without flash)
+}
+
+// RateLimit bounds crash storms.
+type RateLimit struct {
+	Count         int      `toml:"count"`
+	Window        Duration `toml:"window"`
+	PerExecutable bool     `toml:"per_executable"`
+	MaxConcurrent int      `toml:"max_concurrent"`
+}
+
+// Upload configures the uploader's transport.
+type Upload struct {
+	Transport  string   `toml:"transport"`
+	URL        string   `toml:"url"`
+	Token      string   `toml:"token"`
+	TokenFile  string   `toml:"token_file"`
+	CAFile     string   `toml:"ca_file"`
+	ClientCert string   `toml:"client_cert"`
+	ClientKey  string   `toml:"client_key"`
+	Interval   Duration `toml:"interval"`
+	Timeout    Duration `toml:"timeout"`
+}
+
+// Serial is the uploader's serial link.
+type Serial struct {
+	Port        string `toml:"port"`
+	Baud        int    `toml:"baud"`
+	FlowControl string `toml:"flow_control"` // none, rtscts
+}
+
+// Default returns the configuration used when no file exists; it is what
+// configs/unwound.toml spells out.
+func Default() *Config {
+	return &Config{
+		Handler: Handler{
+			MaxThreads:     64,
+			MaxFrames:      256,
+			Deadline:       Duration(5 * time.Second),
+			FreezeBudget:   Duration(time.Second),
+			StackWindowKiB: 256,
+			MemoryLimitMiB: 32,
+		},
+		Queue: Queue{
+			Dir:         "/var/lib/unwound/queue",
+			MaxEntries:  200,
+			MaxBytesKiB: 512,
+			MinFreeKiB:  10240,
+			MaxAge:      Duration(720 * time.Hour),
+			WhenFull:    "evict-oldest",
+		},
+		RateLimit: RateLimit{
+			Count:         5,
+			Window:        Duration(time.Hour),
+			PerExecutable: true,
+			MaxConcurrent: 2,
+		},
+		Upload: Upload{
+			Transport: "http",
+			Interval:  Duration(time.Hour),
+			Timeout:   Duration(30 * time.Second),
+		},
+		Serial: Serial{
+			Port:        "/dev/ttyS1",
+			Baud:        115200,
+			FlowControl: "none",
+		},
+	}
+}
+
+// Duration is a time.Duration written as "5s", "1h30m".
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. \"5s\", \"1h\")", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes d as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Error is a problem with the config file, with its place.
+type Error struct {
+	Path string
+	Line int // 0 when unknown
+	Key  string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Path)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads and checks the file at path. It fails on unknown keys, values
+// of the wrong type and values out of range, naming key and line.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1)); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if buf.Len() > MaxSize {
+		return nil, &Error{Path: path, Msg: fmt.Sprintf("larger than %d bytes", MaxSize)}
+	}
+	return Parse(path, buf.Bytes())
+}
+
+// Parse checks and decodes config text; name is used in errors.
+func Parse(name string, text []byte) (*Config, error) {
+	c := Default()
+	md, err := toml.NewDecoder(bytes.NewReader(text)).Decode(c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, &Error{Path: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+		}
+		// Type mismatches come as plain errors: "toml: line 3 (last key
+		// "handler.max_frames"): incompatible types: …".
+		e := &Error{Path: name, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+		if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
+			e.Line, _ = strconv.Atoi(m[1])
+			e.Key, e.Msg = m[2], m[3]
+		}
+		return nil, e
+	}
+	var errs []error
+	for _, k := range md.Undecoded() {
+		errs = append(errs, &Error{Path: name, Line: lineOf(text, k), Key: k.String(), Msg: "unknown key"})
+	}
+	for _, p := range c.check() {
+		errs = append(errs, &Error{Path: name, Line: lineOf(text, strings.Split(p.key, ".")), Key: p.key, Msg: p.msg})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// LoadOrDefault never fails: a missing file means the defaults; a broken
+// one means the defaults plus the error, which the caller logs and puts in
+// the report. A crash is never lost to a config typo.
+func LoadOrDefault(path string) (*Config, error) {
+	c, err := Load(path)
+	if err == nil {
+		return c, nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return Default(), nil
+	}
+	return Default(), fmt.Errorf("config unusable, using defaults: %w", err)
+}
+
+var typeErr = regexp.MustCompile(`line (\d+) \(last key "([^"]*)"\): (.*)`)
+
+type problem struct{ key, msg string }
+
+func (c *Config) check() []problem {
+	var ps []problem
+	rng := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			ps = append(ps, problem{key, fmt.Sprintf("%d out of range %d..%d", v, lo, hi)})
+		}
+	}
+	pos := func(key string, d Duration) {
+		if d <= 0 {
+			ps = append(ps, problem{key, "must be positive"})
+		}
+	}
+	oneOf := func(key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		ps = append(ps, problem{key, fmt.Sprintf("%q: want one of %s", v, strings.Join(allowed, ", "))})
+	}
+	h := &c.Handler
+	rng("handler.max_threads", h.MaxThreads, 1, 4096)
+	rng("handler.max_frames", h.MaxFrames, 2, 65536)
+	pos("handler.deadline", h.Deadline)
+	pos("handler.freeze_budget", h.FreezeBudget)
+	rng("handler.stack_window_kib", h.StackWindowKiB, 4, 64<<10)
+	rng("handler.memory_limit_mib", h.MemoryLimitMiB, 8, 4096)
+	q := &c.Queue
+	if q.Dir == "" || !strings.HasPrefix(q.Dir, "/") {
+		ps = append(ps, problem{"queue.dir", fmt.Sprintf("%q: want an absolute path", q.Dir)})
+	}
+	rng("queue.max_entries", q.MaxEntries, 1, 1<<20)
+	rng("queue.max_bytes_kib", q.MaxBytesKiB, 16, 1<<30)
+	rng("queue.min_free_kib", q.MinFreeKiB, 0, 1<<30)
+	pos("queue.max_age", q.MaxAge)
+	oneOf("queue.when_full", q.WhenFull, "evict-oldest", "drop-newest")
+	r := &c.RateLimit
+	rng("rate_limit.count", r.Count, 0, 1<<20)
+	pos("rate_limit.window", r.Window)
+	rng("rate_limit.max_concurrent", r.MaxConcurrent, 1, 64)
+	u := &c.Upload
+	oneOf("upload.transport", u.Transport, "http", "serial")
+	pos("upload.interval", u.Interval)
+	pos("upload.timeout", u.Timeout)
+	if u.URL != "" && !strings.HasPrefix(u.URL, "http://") && !strings.HasPrefix(u.URL, "https://") {
+		ps = append(ps, problem{"upload.url", fmt.Sprintf("%q: want http:// or https://", u.URL)})
+	}
+	s := &c.Serial
+	rng("serial.baud", s.Baud, 50, 16000000)
+	oneOf("serial.flow_control", s.FlowControl, "none", "rtscts")
+	return ps
+}
+
+// lineOf finds the line where key is set, tracking [table] headers; 0 when
+// not found. TOML's decoder keeps positions to itself.
+func lineOf(text []byte, key []string) int {
+	if len(key) == 0 {
+		return 0
+	}
+	table, leaf := strings.Join(key[:len(key)-1], "."), key[len(key)-1]
+	cur := ""
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(l, "[") {
+			cur = strings.TrimSpace(strings.Trim(l, "[]"))
+			if cur == strings.Join(key, ".") {
+				return n
+			}
+			continue
+		}
+		if i := strings.IndexByte(l, '='); i > 0 && cur == table {
+			if strings.Trim(strings.TrimSpace(l[:i]), `"'`) == leaf {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// DeviceID returns the configured id, or an application-specific hash of
+// /etc/machine-id (HMAC-SHA256 keyed by the machine id, as systemd's
+// sd_id128_get_machine_app_specific does), or "" when neither exists.
+func (c *Config) DeviceID() string {
+	if c.Device.ID != "" {
+		return c.Device.ID
+	}
+	mid, err := os.ReadFile("/etc/machine-id")
+	if err != nil {
+		return ""
+	}
+	mid = bytes.TrimSpace(mid)
+	if len(mid) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, mid)
+	m.Write([]byte("unwound device id"))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}

@@ -1,0 +1,142 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func sample() *Report {
+	fa := Hex(0)
+	return &Report{
+		Version: Version, ID: NewID(), Time: 1790000000, TimeTrusted: true,
+		Arch: "aarch64", PID: 42, TID: 43, Comm: "crash", Exe: "/usr/bin/crash",
+		Signal: Signal{Number: 11, Name: "SIGSEGV", Code: 1, CodeName: "SEGV_MAPERR", FaultAddr: &fa},
+		Modules: []Module{{Path: "/usr/bin/crash", BuildID: "ab12", BuildIDKind: "gnu",
+			Start: 0x400000, End: 0x401000, RuntimeOffset: 0x400000}},
+		Threads: []Thread{{TID: 43, Crashed: true, StopReason: "end_of_stack",
+			Frames: []Frame{{PC: 0x400123, Method: "context", Exact: true}, {PC: 0x400456, Method: "cfi", Module: 0}}}},
+		Handler: Handler{Version: "test", Mode: "live"},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	r := sample()
+	z, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, r)
+	}
+	js, _ := json.Marshal(r)
+	if _, err := Decode(js); err != nil {
+		t.Errorf("plain JSON: %v", err)
+	}
+}
+
+func TestAddressesAreHexStrings(t *testing.T) {
+	js, _ := json.Marshal(sample())
+	for _, want := range []string{`"pc":"0x400123"`, `"start":"0x400000"`, `"fault_addr":"0x0"`} {
+		if !bytes.Contains(js, []byte(want)) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
+	}
+}
+
+// The zstd CLI must read our frames: that is the promise to users.
+func TestZstdCLIReadsReports(t *testing.T) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		t.Skip("zstd not installed")
+	}
+	z, _ := Encode(sample())
+	cmd := exec.Command("zstd", "-dc", "--check")
+	cmd.Stdin = bytes.NewReader(z)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(out); err != nil {
+		t.Fatal(err)
+	}
+	z[len(z)-6] ^= 0xff // corrupt: the checksum must catch it
+	if _, err := Decode(z); err == nil {
+		t.Error("corrupted frame decoded")
+	}
+}
+
+func TestDecodeRefusesBadReports(t *testing.T) {
+	r := sample()
+	r.Threads[0].Frames[1].Module = 7
+	js, _ := json.Marshal(r)
+	if _, err := Decode(js); err == nil || !strings.Contains(err.Error(), "module index") {
+		t.Errorf("bad module index: %v", err)
+	}
+	r = sample()
+	r.Version = Version + 1
+	js, _ = json.Marshal(r)
+	if _, err := Decode(js); err == nil {
+		t.Error("future version accepted")
+	}
+	bomb, _ := Compress(make([]byte, MaxDecoded+100))
+	if _, err := Decode(bomb); err == nil || !strings.Contains(err.Error(), "larger") {
+		t.Errorf("bomb: %v", err)
+	}
+}
+
+func TestNewIDIsUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewID()
+		if len(id) != 32 || seen[id] {
+			t.Fatalf("id %q (len %d, seen %v)", id, len(id), seen[id])
+		}
+		seen[id] = true
+	}
+}
+
+func TestSignalNames(t *testing.T) {
+	if SignalName(11) != "SIGSEGV" || CodeName(11, 1) != "SEGV_MAPERR" || CodeName(6, -6) != "SI_TKILL" {
+		t.Error("signal naming")
+	}
+	if !HasFaultAddr(11, 1) || HasFaultAddr(6, -6) {
+		t.Error("fault address rule")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	z, _ := Encode(sample())
+	js, _ := json.Marshal(sample())
+	f.Add(z)
+	f.Add(js)
+	f.Add([]byte(`{"version":1,"id":"00000000000000000000000000000000","threads":[{"frames":[{"pc":"0x1","module":-1}]}]}`))
+	f.Add(z[:len(z)/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Decode(b)
+		if err == nil {
+			if _, err := Encode(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkEncode(b *testing.B) {
+	r := sample()
+	for i := 0; i < 6; i++ {
+		r.Threads = append(r.Threads, r.Threads[0])
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Encode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
