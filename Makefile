@@ -19,7 +19,7 @@ GO122     ?= go1.22.12
 export CGO_ENABLED = 0
 LDFLAGS   := -s -w -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)
 GOBUILD   := $(GO) build -trimpath -ldflags '$(LDFLAGS)'
-BOARD_CMDS := unwound-handler unwound-uploader
+BOARD_CMDS := $(notdir $(wildcard cmd/unwound-handler cmd/unwound-uploader))
 HOST_CMDS  := unwound
 
 # GOARCH[/GOARM] for every board target.

@@ -31,10 +31,11 @@ func procMaps(pid int) ([]module.Mapping, error) {
 	return maps, sc.Err()
 }
 
-// parseMapsLine parses "start-end perms offset dev inode path".
+// parseMapsLine parses "start-end perms offset dev inode [path]";
+// anonymous mappings (thread stacks) have no path.
 func parseMapsLine(line string) (module.Mapping, bool) {
 	fields := strings.Fields(line)
-	if len(fields) < 6 {
+	if len(fields) < 5 {
 		return module.Mapping{}, false
 	}
 	se := strings.SplitN(fields[0], "-", 2)
@@ -47,9 +48,11 @@ func parseMapsLine(line string) (module.Mapping, bool) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return module.Mapping{}, false
 	}
-	// The path is everything after the inode, spaces included.
-	idx := strings.Index(line, fields[5])
-	path := line[idx:]
+	path := ""
+	if len(fields) > 5 {
+		// The path is everything after the inode, spaces included.
+		path = line[strings.Index(line, fields[5]):]
+	}
 	return module.Mapping{Start: start, End: end, Offset: off, Perms: fields[1], Path: path}, true
 }
 

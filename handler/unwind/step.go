@@ -8,11 +8,25 @@ import (
 	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 type unwinder struct {
-	p *Process
+	p     *Process
+	tried map[*module.Module]bool
+}
+
+// module returns the module holding pc, loading it on first use.
+func (u *unwinder) module(pc uint64) (int, *module.Module) {
+	mi := module.Find(u.p.Modules, pc)
+	if mi < 0 {
+		return -1, nil
+	}
+	m := u.p.Modules[mi]
+	if m.File == nil && m.Err == nil && u.p.Load != nil && !u.tried[m] {
+		u.tried[m] = true
+		u.p.Load(m)
+	}
+	return mi, m
 }
 
 // step recovers the caller of cur. Strategies, in order: the signal
@@ -21,7 +35,7 @@ type unwinder struct {
 // (a call through a wild pointer), then the frame-pointer chain.
 func (u *unwinder) step(cur state, first bool) (state, string, error) {
 	a := u.p.Arch
-	mi := module.Find(u.p.Modules, cur.pc)
+	mi, m := u.module(cur.pc)
 	if mi < 0 {
 		if first {
 			// PC 0 or garbage: the call that jumped there left its return
@@ -32,7 +46,6 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 		}
 		return state{}, "", &stepError{StopOutside, fmt.Sprintf("pc %#x is in no module", cur.pc)}
 	}
-	m := u.p.Modules[mi]
 	if next, ok, err := u.sigreturn(m, cur); ok {
 		return next, MethodSignal, err
 	}
@@ -246,4 +259,3 @@ func readPtr(mem interface {
 	return a.Order.Uint64(p), nil
 }
 
-var _ = regs.Max

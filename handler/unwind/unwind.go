@@ -46,6 +46,10 @@ type Process struct {
 	// whatever else the memory source holds.
 	Mem     io.ReaderAt
 	PACMask uint64 // NT_ARM_PAC_MASK insn mask, 0 when unknown
+	// Load, when set, is called once for a module the walk reaches whose
+	// File is nil and Err unset: files are opened only for modules a PC
+	// falls in.
+	Load func(m *module.Module)
 }
 
 // Options bound one thread's walk.
@@ -87,7 +91,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 	if o.MaxWalk < o.MaxFrames {
 		o.MaxWalk = o.MaxFrames
 	}
-	u := unwinder{p: p}
+	u := unwinder{p: p, tried: map[*module.Module]bool{}}
 	var res Result
 	head := (o.MaxFrames + 1) / 2
 	tail := newRing(o.MaxFrames - head)

@@ -1,0 +1,97 @@
+// Command unwound-handler is unwound's core_pattern helper: the kernel
+// pipes a crashed process's core into it; it unwinds every thread on the
+// device and queues a PC-only report. See README.md.
+//
+// Kernel mode (what core_pattern runs):
+//
+//	unwound-handler --config /etc/unwound/unwound.toml %P %I %s %t %d %c %E %e
+//
+// Install line:  unwound-handler --config PATH --core-pattern
+// Offline:       unwound-handler --core-file FILE|- [--exe PATH] [--sysroot DIR] --print-json
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/config"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("unwound-handler", flag.ContinueOnError)
+	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
+	pattern := fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit")
+	coreFile := fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe")
+	exe := fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE")
+	sysroot := fs.String("sysroot", "/", "offline: `dir`ectory the core's file paths are relative to")
+	printJSON := fs.Bool("print-json", false, "offline: print the report as JSON on stdout")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
+			"  unwound-handler [--config FILE] --core-pattern\n"+
+			"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", handler.PatternSpecifiers)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	switch {
+	case *version:
+		fmt.Println("unwound-handler", handler.Version)
+		return 0
+	case *pattern:
+		self, err := handler.Executable()
+		if err == nil {
+			var line string
+			if line, err = handler.CorePattern(self, *cfgPath); err == nil {
+				fmt.Println(line)
+				return 0
+			}
+		}
+		fmt.Fprintln(os.Stderr, "unwound-handler:", err)
+		return 1
+	case *coreFile != "":
+		return offline(*coreFile, *exe, *sysroot, *cfgPath, *printJSON)
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	return handler.RunKernel(handler.KernelOptions{
+		ConfigPath: *cfgPath,
+		Args:       fs.Args(),
+		Stdin:      os.Stdin,
+		Log:        handler.NewKmsgLogger(),
+	})
+}
+
+func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
+	lg := handler.NewLogger(os.Stderr)
+	cfg, err := config.LoadOrDefault(cfgPath)
+	if err != nil {
+		lg.Warnf("%v", err)
+	}
+	r, err := handler.Offline(handler.OfflineOptions{
+		CoreFile: core, Exe: exe, Sysroot: sysroot, Config: cfg, Log: lg, Stdin: os.Stdin,
+	})
+	if err != nil {
+		lg.Errorf("%v", err)
+		return 1
+	}
+	if printJSON {
+		if err := handler.PrintJSON(os.Stdout, r); err != nil {
+			lg.Errorf("%v", err)
+			return 1
+		}
+	}
+	return 0
+}

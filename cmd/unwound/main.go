@@ -1,0 +1,140 @@
+// Command unwound is the host side of unwound: it decodes the reports that
+// boards queue and upload. See README.md.
+//
+//	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "decode":
+		err = decode(os.Args[2:])
+	case "version", "--version":
+		fmt.Println("unwound", handler.Version)
+	case "help", "-h", "--help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "unwound:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: unwound COMMAND [ARGS]
+
+commands:
+  decode [--format json|text] FILE...   validate and print reports (.json.zst, .json, - for stdin)
+  version                               print the version
+`)
+}
+
+func decode(args []string) error {
+	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+	format := fs.String("format", "json", "output `format`: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("decode: name at least one report file (or -)")
+	}
+	failed := 0
+	for _, name := range fs.Args() {
+		var b []byte
+		var err error
+		if name == "-" {
+			b, err = io.ReadAll(io.LimitReader(os.Stdin, report.MaxDecoded))
+		} else {
+			b, err = os.ReadFile(name)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "unwound:", err)
+			failed++
+			continue
+		}
+		r, err := report.Decode(b)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "unwound: %s: %v\n", name, err)
+			failed++
+			continue
+		}
+		switch *format {
+		case "json":
+			err = handler.PrintJSON(os.Stdout, r)
+		case "text":
+			err = summary(os.Stdout, r)
+		default:
+			return fmt.Errorf("decode: unknown format %q", *format)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d reports could not be read", failed, fs.NArg())
+	}
+	return nil
+}
+
+// summary prints a report the way a backtrace reads, without symbols.
+func summary(w io.Writer, r *report.Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "report %s: pid %d (%s) %s", r.ID, r.PID, r.Comm, r.Signal.Name)
+	if r.Signal.CodeName != "" {
+		fmt.Fprintf(&b, " %s", r.Signal.CodeName)
+	}
+	if r.Signal.FaultAddr != nil {
+		fmt.Fprintf(&b, " at %v", *r.Signal.FaultAddr)
+	}
+	fmt.Fprintf(&b, "\n  exe %s, %s, kernel %s\n", r.Exe, r.Arch, r.Kernel)
+	if r.Partial {
+		b.WriteString("  PARTIAL report\n")
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(&b, "  error: %s\n", e)
+	}
+	for _, t := range r.Threads {
+		mark := ""
+		if t.Crashed {
+			mark = " (crashed)"
+		}
+		fmt.Fprintf(&b, "\nthread %d %q%s\n", t.TID, t.Name, mark)
+		for i, f := range t.Frames {
+			if t.Elided > 0 && i == t.ElidedAt {
+				fmt.Fprintf(&b, "  ... %d frames elided ...\n", t.Elided)
+			}
+			where := "??"
+			if f.Module >= 0 && f.Module < len(r.Modules) {
+				m := r.Modules[f.Module]
+				where = fmt.Sprintf("%s+%#x", m.Path, uint64(f.PC)-uint64(m.RuntimeOffset)+uint64(m.CompiledOffset))
+			}
+			fmt.Fprintf(&b, "  #%-3d %v in %s [%s]\n", i, f.PC, where, f.Method)
+		}
+		fmt.Fprintf(&b, "  (stop: %s", t.StopReason)
+		if t.StopDetail != "" {
+			fmt.Fprintf(&b, ": %s", t.StopDetail)
+		}
+		b.WriteString(")\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,145 @@
+package handler
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/module"
+)
+
+// stackWindows returns, per thread, the stack range to keep: from SP up by
+// the configured window (four times that for the crashing thread, whose
+// stack matters most and may be deep).
+func (c *crash) stackWindows() []coredump.Range {
+	win := uint64(c.cfg.Handler.StackWindowKiB) << 10
+	var rs []coredump.Range
+	for i, t := range c.threads() {
+		_, regs, err := c.arch.FromPRStatus(t.Regs)
+		if err != nil {
+			continue
+		}
+		sp, ok := regs.Get(c.arch.SP)
+		if !ok || sp == 0 {
+			continue
+		}
+		w := win
+		if i == 0 {
+			w *= 4
+		}
+		hi := sp + w
+		if hi < sp {
+			hi = ^uint64(0)
+		}
+		rs = append(rs, coredump.Range{Lo: sp, Hi: hi})
+	}
+	return mergeRanges(rs)
+}
+
+func mergeRanges(rs []coredump.Range) []coredump.Range {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Lo < rs[j].Lo })
+	var out []coredump.Range
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.Lo <= out[n-1].Hi {
+			if r.Hi > out[n-1].Hi {
+				out[n-1].Hi = r.Hi
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// isCodePage reports whether a segment is kernel-provided code that the
+// core carries and the unwinder needs: the vDSO, ARM's [sigpage].
+func (c *crash) isCodePage(s coredump.Segment) bool {
+	if base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && s.Vaddr == base {
+		return true
+	}
+	if s.Flags&4 /* PF_R */ == 0 || s.Flags&1 /* PF_X */ == 0 || s.Filesz > 64<<10 {
+		return false
+	}
+	for _, f := range c.core.Files {
+		if s.Vaddr < f.End && f.Start < s.Vaddr+s.Memsz {
+			return false
+		}
+	}
+	return true
+}
+
+// collectStream keeps the stack windows and the code pages from the core
+// stream, discarding the rest as it passes.
+func (c *crash) collectStream(s *coredump.Stream) (*coredump.Memory, error) {
+	wins := c.stackWindows()
+	want := func(seg coredump.Segment) []coredump.Range {
+		if c.isCodePage(seg) {
+			return []coredump.Range{{Lo: seg.Vaddr, Hi: seg.Vaddr + seg.Filesz}}
+		}
+		var out []coredump.Range
+		for _, w := range wins {
+			if w.Lo < seg.Vaddr+seg.Memsz && seg.Vaddr < w.Hi {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	budget := int64(len(wins)+2) * int64(c.cfg.Handler.StackWindowKiB) << 12
+	return s.Collect(c.core.Segments, want, budget+4<<20)
+}
+
+// snapshotLive copies each thread's stack window and the vDSO out of
+// /proc/<pid>/mem, bounded by the mappings that hold them.
+func (c *crash) snapshotLive(mem *os.File, maps []module.Mapping) (*coredump.Memory, error) {
+	snap := &coredump.Memory{}
+	find := func(addr uint64) (module.Mapping, bool) {
+		for _, m := range maps {
+			if addr >= m.Start && addr < m.End {
+				return m, true
+			}
+		}
+		return module.Mapping{}, false
+	}
+	var got int
+	for _, w := range c.stackWindows() {
+		m, ok := find(w.Lo)
+		if !ok {
+			continue
+		}
+		hi := w.Hi
+		if hi > m.End {
+			hi = m.End
+		}
+		b := make([]byte, hi-w.Lo)
+		n, err := mem.ReadAt(b, int64(w.Lo))
+		if n > 0 {
+			snap.Add(w.Lo, b[:n])
+			got++
+		} else if err != nil {
+			return nil, fmt.Errorf("/proc/%d/mem at %#x: %w", c.pid, w.Lo, err)
+		}
+	}
+	if base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && base != 0 {
+		if m, ok := find(base); ok && m.End-base <= 1<<20 {
+			b := make([]byte, m.End-base)
+			if n, _ := mem.ReadAt(b, int64(base)); n == len(b) {
+				snap.Add(base, b)
+			}
+		}
+	}
+	if got == 0 {
+		return nil, fmt.Errorf("/proc/%d/mem: no stack readable", c.pid)
+	}
+	return snap, nil
+}
+
+// mapsSize returns the extent of the mapping starting at addr.
+func mapsSize(maps []module.Mapping, addr uint64) uint64 {
+	for _, m := range maps {
+		if m.Start == addr {
+			return m.End - m.Start
+		}
+	}
+	return 0
+}

@@ -1,0 +1,277 @@
+package handler
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/unwind"
+)
+
+// crash is everything known about one crash while the report is built.
+type crash struct {
+	cfg   *config.Config
+	log   *Logger
+	core  *coredump.Core
+	arch  *arch.Arch
+	mode  string // live, stream, file
+	stdin *os.File
+
+	mem     io.ReaderAt
+	mods    []*module.Module
+	sources []module.Source
+	closers []io.Closer
+
+	pid, tid   int
+	exe        string
+	names      map[int]string // thread names, by tid
+	cmdline    []string
+	errs       []string
+	partial    bool
+	start      time.Time
+	frozen     time.Duration
+	kernelTime int64
+	signal     int
+
+	results map[int]unwind.Result // by tid
+}
+
+func (c *crash) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	c.errs = append(c.errs, msg)
+	c.log.Warnf("%s", msg)
+}
+
+func (c *crash) close() {
+	for _, cl := range c.closers {
+		cl.Close()
+	}
+	c.closers = nil
+}
+
+// load opens a module's file from the crash's sources, once.
+func (c *crash) load(m *module.Module) {
+	if m.File != nil || m.Err != nil {
+		return
+	}
+	if cl := m.Load(c.sources); cl != nil {
+		c.closers = append(c.closers, cl)
+	}
+}
+
+// threads returns the threads to unwind: the crashing one first (the
+// kernel writes it first), capped at max_threads.
+func (c *crash) threads() []coredump.Thread {
+	ts := c.core.Threads
+	if n := c.cfg.Handler.MaxThreads; len(ts) > n {
+		c.errorf("%d threads, unwinding the first %d (handler.max_threads)", len(ts), n)
+		c.partial = true
+		ts = ts[:n]
+	}
+	return ts
+}
+
+// unwindThreads walks every thread not walked yet, until deadline. Threads
+// whose walk hit the deadline are forgotten, so a later call (with a later
+// deadline, from a snapshot) can walk them again.
+func (c *crash) unwindThreads(deadline time.Time) {
+	if c.results == nil {
+		c.results = map[int]unwind.Result{}
+	}
+	p := &unwind.Process{Arch: c.arch, Modules: c.mods, Mem: c.mem, Load: c.load}
+	for _, t := range c.threads() {
+		if _, done := c.results[t.TID]; done {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		pc, rs, err := c.arch.FromPRStatus(t.Regs)
+		if err != nil {
+			c.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
+			continue
+		}
+		p.PACMask = t.PACMask
+		r := unwind.Unwind(p, pc, rs, unwind.Options{
+			MaxFrames: c.cfg.Handler.MaxFrames,
+			MaxWalk:   64 * c.cfg.Handler.MaxFrames,
+			Deadline:  deadline,
+		})
+		if r.Stop == unwind.StopDeadline {
+			return
+		}
+		c.results[t.TID] = r
+	}
+}
+
+// report assembles the report from what was collected. Only modules that
+// a frame falls in (and the main executable) are listed.
+func (c *crash) report() *report.Report {
+	now := time.Now()
+	r := &report.Report{
+		Version: report.Version,
+		ID:      report.NewID(),
+		Time:    c.kernelTime,
+		Arch:    c.arch.Name,
+		PID:     c.pid,
+		TID:     c.tid,
+		Exe:     c.exe,
+		Cmdline: c.cmdline,
+		Partial: c.partial,
+		Handler: report.Handler{Version: Version, Mode: c.mode},
+	}
+	if r.Time == 0 {
+		r.Time = now.Unix()
+	}
+	r.TimeTrusted = report.TrustedTime(r.Time)
+	if c.core.PRPSInfo != nil {
+		r.Comm = c.core.PRPSInfo.Fname
+		if r.PID == 0 {
+			r.PID = c.core.PRPSInfo.PID
+		}
+	}
+	if r.TID == 0 && len(c.core.Threads) > 0 {
+		r.TID = c.core.Threads[0].TID
+	}
+	sig := c.signal
+	if si := c.core.SigInfo; si != nil {
+		sig = int(si.Signo)
+		r.Signal.Code = int(si.Code)
+		if report.HasFaultAddr(sig, r.Signal.Code) {
+			a := report.Hex(si.Addr)
+			r.Signal.FaultAddr = &a
+		}
+		r.Signal.CodeName = report.CodeName(sig, r.Signal.Code)
+	} else if sig == 0 && len(c.core.Threads) > 0 {
+		sig = c.core.Threads[0].Signal
+	}
+	r.Signal.Number, r.Signal.Name = sig, report.SignalName(sig)
+
+	// Modules referenced by frames, in address order, re-indexed.
+	used := map[int]bool{}
+	for _, res := range c.results {
+		for _, f := range res.Frames {
+			if f.Module >= 0 {
+				used[f.Module] = true
+			}
+		}
+	}
+	for i, m := range c.mods {
+		if cleanDeleted(m.Path) == c.exe && c.exe != "" {
+			used[i] = true
+		}
+	}
+	idx := make([]int, 0, len(used))
+	for i := range used {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	remap := map[int]int{}
+	for n, i := range idx {
+		m := c.mods[i]
+		if m.File == nil && m.Err == nil {
+			c.load(m) // the exe, listed for its build ID
+		}
+		remap[i] = n
+		rm := report.Module{
+			Path: m.Path, BuildID: m.BuildID, BuildIDKind: m.BuildIDKind,
+			Start: report.Hex(m.Start), End: report.Hex(m.End),
+			RuntimeOffset: report.Hex(m.RuntimeOffset), CompiledOffset: report.Hex(m.CompiledOffset),
+		}
+		if m.Err != nil {
+			rm.Error = m.Err.Error()
+		}
+		r.Modules = append(r.Modules, rm)
+	}
+	if r.Modules == nil {
+		r.Modules = []report.Module{}
+	}
+	for i, t := range c.threads() {
+		res, ok := c.results[t.TID]
+		th := report.Thread{TID: t.TID, Name: c.names[t.TID], Crashed: i == 0, Frames: []report.Frame{}}
+		if !ok {
+			res = unwind.Result{Stop: unwind.StopDeadline}
+			r.Partial = true
+		}
+		th.StopReason, th.StopDetail = res.Stop, res.Detail
+		if res.Elided > 0 {
+			th.Elided = res.Elided
+			th.ElidedAt = (c.cfg.Handler.MaxFrames + 1) / 2
+		}
+		for _, f := range res.Frames {
+			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Module: -1, Exact: f.Exact, Note: f.Note}
+			if f.Module >= 0 {
+				rf.Module = remap[f.Module]
+			}
+			th.Frames = append(th.Frames, rf)
+		}
+		r.Threads = append(r.Threads, th)
+	}
+	if i := len(r.Threads); i > 0 && r.Threads[0].Name == "" {
+		r.Threads[0].Name = r.Comm
+	}
+	r.Errors = c.errs
+	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
+	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
+	r.DeviceID = c.cfg.DeviceID()
+	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
+	r.Handler.FrozenMS = c.frozen.Milliseconds()
+	return r
+}
+
+func cleanDeleted(p string) string { return strings.TrimSuffix(p, " (deleted)") }
+
+func readTrim(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// addVDSO adds the vDSO as a module, loaded from the process's memory: it
+// has no file, and holds the signal trampolines on arm64 and riscv64.
+func (c *crash) addVDSO(size uint64) {
+	base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	if !ok || base == 0 || size == 0 || size > 1<<20 {
+		return
+	}
+	m := &module.Module{Path: "[vdso]", Start: base, End: base + size,
+		Maps: []module.Mapping{{Start: base, End: base + size, Path: "[vdso]"}}, RuntimeOffset: base}
+	if err := m.LoadFrom(offsetReader{r: c.mem, base: base, size: int64(size)}); err != nil {
+		c.log.Warnf("vdso: %v", err)
+	}
+	c.mods = append(c.mods, m)
+	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
+}
+
+// vdsoSize finds the vDSO's extent from the core's segments.
+func vdsoSize(core *coredump.Core) uint64 {
+	base, ok := core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	if !ok {
+		return 0
+	}
+	for _, s := range core.Segments {
+		if s.Vaddr == base {
+			return s.Filesz
+		}
+	}
+	return 0
+}
+
+// fileMaps turns NT_FILE into mappings.
+func fileMaps(core *coredump.Core) []module.Mapping {
+	maps := make([]module.Mapping, 0, len(core.Files))
+	for _, f := range core.Files {
+		maps = append(maps, module.Mapping{Start: f.Start, End: f.End, Offset: f.Offset, Path: f.Path})
+	}
+	return maps
+}

@@ -1,0 +1,315 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report"
+	"golang.org/x/sys/unix"
+)
+
+// KernelOptions are the handler's inputs in kernel mode.
+type KernelOptions struct {
+	ConfigPath string
+	Args       []string // the expanded PatternSpecifiers
+	Stdin      *os.File // the core pipe
+	Log        *Logger
+}
+
+// RunKernel handles one crash piped by the kernel. It always returns 0: a
+// non-zero exit only makes the kernel log noise, and there is nobody to
+// act on it. Everything that goes wrong is logged and, when a report can
+// still be written, recorded in it.
+func RunKernel(o KernelOptions) int {
+	start := time.Now()
+	lg := o.Log
+	// Never dump ourselves (RLIMIT_CORE is 1 already, but a core of the
+	// handler would recurse into core_pattern on some kernels).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+	cfg, cfgErr := config.LoadOrDefault(o.ConfigPath)
+	if cfgErr != nil {
+		lg.Errorf("%v", cfgErr)
+	}
+	debug.SetMemoryLimit(int64(cfg.Handler.MemoryLimitMiB) << 20)
+	deadline := start.Add(cfg.Handler.Deadline.D())
+	// The last line of defence: whatever hangs, the handler goes away a
+	// little after its deadline, which ends the dump and frees the process.
+	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
+		lg.Errorf("hard deadline passed, exiting without a report")
+		os.Exit(0)
+	})
+	defer hard.Stop()
+
+	ka, argErr := ParseKernelArgs(o.Args)
+	if argErr != nil {
+		lg.Warnf("%v", argErr)
+	}
+	if cfg.Handler.HonorRlimit && ka.RlimitCore == 0 && len(o.Args) > 5 {
+		lg.Infof("pid %d (%s): RLIMIT_CORE is 0, not reporting (handler.honor_rlimit_core)", ka.PID, ka.Comm)
+		o.Stdin.Close()
+		return 0
+	}
+
+	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
+		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}}
+	if cfgErr != nil {
+		c.errs = append(c.errs, cfgErr.Error())
+	}
+	if argErr != nil {
+		c.errs = append(c.errs, argErr.Error())
+	}
+
+	in, release, saved := c.openStdin(o.Stdin, deadline)
+	if saved != nil {
+		// Debug mode: the whole core goes to the file first, so the
+		// process is held until it is written.
+		r := c.handle(in, func() {}, deadline)
+		c.saveCore(in, saved)
+		release()
+		c.close()
+		return c.store(r)
+	}
+	r := c.handle(in, release, deadline)
+	release()
+	c.close()
+	return c.store(r)
+}
+
+// openStdin makes the pipe non-blocking (so reads honour a deadline) and,
+// with save_core_dir set, tees the core into a file there.
+func (c *crash) openStdin(f *os.File, deadline time.Time) (io.Reader, func(), *os.File) {
+	var in io.Reader = f
+	// A duplicate descriptor in non-blocking mode goes through Go's poller,
+	// so reads honour the deadline; the original is closed, the pipe stays
+	// open through the duplicate until release.
+	if fd, err := unix.Dup(int(f.Fd())); err == nil {
+		unix.CloseOnExec(fd)
+		if unix.SetNonblock(fd, true) == nil {
+			nf := os.NewFile(uintptr(fd), "stdin")
+			if nf.SetReadDeadline(deadline) == nil {
+				f.Close()
+				f, in = nf, nf
+			} else {
+				nf.Close()
+			}
+		} else {
+			unix.Close(fd)
+		}
+	}
+	c.stdin = f
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			f.Close()
+			c.frozen = time.Since(c.start)
+		}
+	}
+	dir := c.cfg.Handler.SaveCoreDir
+	if dir == "" {
+		return in, release, nil
+	}
+	name := filepath.Join(dir, fmt.Sprintf("core.%d.%d", c.pid, c.kernelTime))
+	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		c.errorf("save_core_dir: %v", err)
+		return in, release, nil
+	}
+	c.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
+	return io.TeeReader(in, out), release, out
+}
+
+// saveCore drains the rest of the core through the tee into the file.
+func (c *crash) saveCore(in io.Reader, out *os.File) {
+	c.stdin.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		c.errorf("save_core_dir: %v", err)
+	}
+	if err := out.Sync(); err != nil {
+		c.errorf("save_core_dir: %v", err)
+	}
+	out.Close()
+}
+
+// handle reads the core's headers, then the memory: live from
+// /proc/<pid>/mem while the process is frozen, or from the stream.
+func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report.Report {
+	core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
+	if core == nil {
+		c.errorf("reading the core: %v", err)
+		c.partial = true
+		return c.minimalReport()
+	}
+	if err != nil {
+		c.errorf("reading the core: %v", err)
+		c.partial = true
+	}
+	c.core = core
+	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	if err != nil {
+		c.errorf("%v", err)
+		c.partial = true
+		return c.minimalReport()
+	}
+	stream.Deadline = deadline
+	if c.tid == 0 && len(core.Threads) > 0 {
+		c.tid = core.Threads[0].TID
+	}
+
+	if err := c.live(release, deadline); err != nil {
+		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
+		c.mode = "stream"
+		mem, err := c.collectStream(stream)
+		if err != nil {
+			c.errorf("core stream: %v", err)
+			if errors.Is(err, coredump.ErrDeadline) {
+				c.partial = true
+			}
+		}
+		release() // the stacks are in hand: let the kernel finish
+		c.mem = mem
+		c.mods = module.Group(fileMaps(core))
+		c.sources = append(module.ProcSources(c.pid), module.SysrootSource("/", nil))
+		c.addVDSO(vdsoSize(core))
+		c.unwindThreads(deadline)
+	}
+	return c.report()
+}
+
+// live unwinds from /proc/<pid>/mem while the kernel waits on the pipe,
+// within the freeze budget, then releases the process and finishes from
+// the snapshot. It fails when /proc/<pid> is not usable.
+func (c *crash) live(release func(), deadline time.Time) error {
+	if c.pid <= 0 {
+		return errors.New("no pid argument")
+	}
+	maps, err := procMaps(c.pid)
+	if err != nil {
+		return err
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", c.pid))
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	snap, err := c.snapshotLive(mem, maps)
+	if err != nil {
+		return err
+	}
+	c.mode = "live"
+	sm := &snapMem{snap: snap, live: mem}
+	c.mem = sm
+	c.mods = module.Group(maps)
+	// Open every module's file now, while map_files resolves; read them
+	// only when a PC falls in them.
+	pre := map[*module.Module]*os.File{}
+	for _, m := range c.mods {
+		for _, src := range module.ProcSources(c.pid) {
+			if r, cl, err := src(m); err == nil {
+				pre[m] = r.(*os.File)
+				c.closers = append(c.closers, cl)
+				break
+			}
+		}
+	}
+	c.sources = []module.Source{func(m *module.Module) (io.ReaderAt, io.Closer, error) {
+		if f, ok := pre[m]; ok {
+			return f, io.NopCloser(nil), nil
+		}
+		return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
+	}}
+	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
+	for _, t := range c.core.Threads {
+		c.names[t.TID] = threadName(c.pid, t.TID)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
+		c.exe = exe
+	}
+	if c.cfg.Handler.IncludeCmdline {
+		c.cmdline = procCmdline(c.pid)
+	}
+	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())
+	if freeze.After(deadline) {
+		freeze = deadline
+	}
+	c.unwindThreads(freeze)
+	sm.released.Store(true)
+	release()
+	// Threads the freeze budget cut short are walked again from the
+	// snapshot: their stack windows, no longer the whole stacks.
+	c.unwindThreads(deadline)
+	return nil
+}
+
+func vdsoBase(core *coredump.Core) uint64 {
+	v, _ := core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	return v
+}
+
+// minimalReport is what is known without a usable core: the kernel's
+// arguments.
+func (c *crash) minimalReport() *report.Report {
+	r := &report.Report{
+		Version: report.Version, ID: report.NewID(), Time: c.kernelTime,
+		PID: c.pid, TID: c.tid, Exe: c.exe, Partial: true, Errors: c.errs,
+		Arch:    "unknown",
+		Modules: []report.Module{}, Threads: []report.Thread{},
+		Handler: report.Handler{Version: Version, Mode: "none", DurationMS: time.Since(c.start).Milliseconds()},
+	}
+	if c.arch != nil {
+		r.Arch = c.arch.Name
+	}
+	if r.Time == 0 {
+		r.Time = time.Now().Unix()
+	}
+	r.TimeTrusted = report.TrustedTime(r.Time)
+	r.Signal = report.Signal{Number: c.signal, Name: report.SignalName(c.signal)}
+	return r
+}
+
+// store writes the report into the queue.
+func (c *crash) store(r *report.Report) int {
+	z, err := report.Encode(r)
+	if err != nil {
+		c.log.Errorf("encoding the report: %v", err)
+		return 0
+	}
+	q, err := queue.Open(c.cfg.Queue.Dir, queue.Options{
+		MaxEntries:    c.cfg.Queue.MaxEntries,
+		MaxBytes:      int64(c.cfg.Queue.MaxBytesKiB) << 10,
+		MinFreeBytes:  int64(c.cfg.Queue.MinFreeKiB) << 10,
+		WhenFull:      c.cfg.Queue.WhenFull,
+		AllowVolatile: c.cfg.Queue.AllowVolatile,
+	})
+	if err != nil {
+		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		return 0
+	}
+	res, err := q.Put(z, r.BootID)
+	if err != nil {
+		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		return 0
+	}
+	for _, e := range res.Evicted {
+		c.log.Warnf("queue full: evicted %s", e)
+	}
+	ct := r.Crashed()
+	frames := 0
+	if ct != nil {
+		frames = len(ct.Frames)
+	}
+	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
+		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
+	return 0
+}

@@ -1,0 +1,4 @@
+package handler
+
+// Version is set by the build (-ldflags -X); "dev" in tests.
+var Version = "dev"
