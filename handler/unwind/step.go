@@ -258,4 +258,3 @@ func readPtr(mem interface {
 	}
 	return a.Order.Uint64(p), nil
 }
-
