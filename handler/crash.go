@@ -102,7 +102,7 @@ func (c *crash) unwindThreads(deadline time.Time) {
 		p.PACMask = t.PACMask
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
 			MaxFrames: c.cfg.Handler.MaxFrames,
-			MaxWalk:   64 * c.cfg.Handler.MaxFrames,
+			MaxWalk:   1 << 20, // a whole 8 MiB stack of tiny frames; the deadline bounds it too
 			Deadline:  deadline,
 		})
 		if r.Stop == unwind.StopDeadline {

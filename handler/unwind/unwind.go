@@ -95,7 +95,11 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 	var res Result
 	head := (o.MaxFrames + 1) / 2
 	tail := newRing(o.MaxFrames - head)
-	seen := map[[2]uint64]bool{}
+	// Repeats are looked for among frames at the same SP only: SP never
+	// decreases outside signal frames, so a loop must revisit an SP. This
+	// keeps the set tiny on a 100,000-frame recursion.
+	seen := map[uint64]bool{}
+	var seenSP uint64
 	cur := state{pc: pc, rs: rs, exact: true}
 	method := MethodContext
 	walked := 0
@@ -116,12 +120,15 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 			res.Stop = StopDeadline
 			break
 		}
-		key := [2]uint64{cur.pc, sp}
-		if seen[key] {
+		if sp != seenSP || len(seen) > 64 {
+			clear(seen)
+			seenSP = sp
+		}
+		if seen[cur.pc] {
 			res.Stop = StopRepeated
 			break
 		}
-		seen[key] = true
+		seen[cur.pc] = true
 
 		next, m, err := u.step(cur, walked == 1)
 		if err != nil {

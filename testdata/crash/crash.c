@@ -1,0 +1,137 @@
+/*
+ * Crash scenarios for unwound's tests: each one dies in a way that stresses
+ * a different part of the unwinder. Run as `crash SCENARIO`.
+ *
+ * Every function is noinline and does a little work after its call, so
+ * -O2 keeps real frames instead of tail calls; the unwinder must then
+ * recover them from unwind tables alone (-fomit-frame-pointer).
+ */
+#define _GNU_SOURCE
+#include <alloca.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+volatile int sink;
+static volatile int *volatile null_ptr;
+
+NOINLINE static void null_write(int v) { *null_ptr = v; sink++; }
+
+/* nullwrite: a NULL store four calls deep. */
+NOINLINE static void nw3(int v) { null_write(v + 1); sink++; }
+NOINLINE static void nw2(int v) { nw3(v + 1); sink++; }
+NOINLINE static void nw1(int v) { nw2(v + 1); sink++; }
+
+/* abort: the noreturn call is the caller's last instruction, so its return
+ * address points past the function: lookups must use pc-1. */
+NOINLINE static void ab2(int v) { sink = v; abort(); }
+NOINLINE static void ab1(int v) { ab2(v + 1); sink++; }
+
+/* sighandler / sigaltstack: the crash happens inside a handler; the trace
+ * must cross the signal frame back into the interrupted code. */
+NOINLINE static void in_handler2(int v) { null_write(v); sink++; }
+NOINLINE static void in_handler(int v) { in_handler2(v + 1); sink++; }
+static void handler(int sig, siginfo_t *si, void *uc) { (void)si; (void)uc; in_handler(sig); sink++; }
+NOINLINE static void raiser2(void) { raise(SIGUSR1); sink++; }
+NOINLINE static void raiser1(void) { raiser2(); sink++; }
+static void install(int onstack) {
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = handler;
+	sa.sa_flags = SA_SIGINFO | (onstack ? SA_ONSTACK : 0);
+	if (onstack) {
+		static char altstack[64 * 1024];
+		stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+		sigaltstack(&ss, 0);
+	}
+	sigaction(SIGUSR1, &sa, 0);
+}
+
+/* threads: three threads parked in distinct call chains while main crashes. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+static volatile int parked;
+NOINLINE static void park(void) {
+	pthread_mutex_lock(&mu);
+	parked++;
+	for (;;)
+		pthread_cond_wait(&never, &mu);
+}
+NOINLINE static void sleeper2(void) { for (;;) { __atomic_add_fetch(&parked, 1, __ATOMIC_SEQ_CST); pause(); } }
+NOINLINE static void *t_a2(void *p) { park(); return p; }
+NOINLINE static void *t_a(void *p) { sink++; return t_a2(p); }
+NOINLINE static void *t_b(void *p) { sleeper2(); return p; }
+NOINLINE static void t_c3(void) { park(); sink++; }
+NOINLINE static void t_c2(void) { t_c3(); sink++; }
+NOINLINE static void *t_c(void *p) { t_c2(); return p; }
+NOINLINE static void threads(void) {
+	pthread_t t[3];
+	pthread_create(&t[0], 0, t_a, 0);
+	pthread_create(&t[1], 0, t_b, 0);
+	pthread_create(&t[2], 0, t_c, 0);
+	while (parked < 3)
+		usleep(1000);
+	usleep(20000); /* let every thread reach its blocking call */
+	nw1(7);
+}
+
+/* alloca: dynamic stack allocation changes the CFA rule mid-function. */
+NOINLINE static void vla(int n) {
+	int a[n];
+	for (int i = 0; i < n; i++)
+		a[i] = i;
+	sink = a[n / 2];
+	null_write(a[1]);
+	sink++;
+}
+NOINLINE static void with_alloca(int n) {
+	char *p = alloca(n);
+	memset(p, 1, n);
+	sink = p[n - 1];
+	vla(n / 8 + 3);
+	sink++;
+}
+
+/* recursion: unbounded, until the stack overflows. */
+NOINLINE static int recurse(int n) {
+	volatile char pad[64];
+	pad[n & 63] = (char)n;
+	return recurse(n + 1) + pad[(n + 1) & 63];
+}
+
+/* nullfn: a call through a NULL function pointer: PC 0 in frame 0. */
+static void (*volatile null_fn)(int);
+NOINLINE static void nf2(int v) { null_fn(v); sink++; }
+NOINLINE static void nf1(int v) { nf2(v + 1); sink++; }
+
+int main(int argc, char **argv) {
+	const char *s = argc > 1 ? argv[1] : "nullwrite";
+	if (!strcmp(s, "nullwrite"))
+		nw1(argc);
+	else if (!strcmp(s, "abort"))
+		ab1(argc);
+	else if (!strcmp(s, "sighandler")) {
+		install(0);
+		raiser1();
+	} else if (!strcmp(s, "sigaltstack")) {
+		install(1);
+		raiser1();
+	} else if (!strcmp(s, "threads"))
+		threads();
+	else if (!strcmp(s, "alloca"))
+		with_alloca(100 + argc);
+	else if (!strcmp(s, "recursion"))
+		sink = recurse(argc);
+	else if (!strcmp(s, "nullfn"))
+		nf1(argc);
+	else {
+		fprintf(stderr, "unknown scenario %s\n", s);
+		return 2;
+	}
+	return 0;
+}
