@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/arch"
@@ -120,27 +123,135 @@ func (c *crash) offlineModules(o OfflineOptions) error {
 	if !hasEntry {
 		return errors.New("the core has neither NT_FILE nor AT_ENTRY: cannot place --exe")
 	}
-	m, err := placeExe(o.Exe, entry)
+	ef, err := elf.Open(o.Exe)
+	if err != nil {
+		return fmt.Errorf("--exe: %w", err)
+	}
+	defer ef.Close()
+	// The load bias puts the program's entry point at AT_ENTRY (zero for
+	// a static non-PIE program).
+	abs, _ := filepath.Abs(o.Exe)
+	m, err := place(ef, abs, entry-ef.Entry)
 	if err != nil {
 		return err
 	}
 	c.mods = []*module.Module{m}
 	c.exe = m.Path
 	c.sources = []module.Source{module.SysrootSource(o.Sysroot, map[string]string{m.Path: o.Exe})}
+	libs, err := c.linkMap(ef, entry-ef.Entry, o.Sysroot)
+	if err != nil {
+		c.errorf("shared libraries: %v", err)
+	}
+	c.mods = append(c.mods, libs...)
+	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
 	return nil
 }
 
-// placeExe maps a program's PT_LOAD segments at the load bias that puts its
-// entry point at AT_ENTRY (zero for a static non-PIE program).
-func placeExe(path string, entry uint64) (*module.Module, error) {
-	ef, err := elf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("--exe: %w", err)
+// linkMap finds the shared libraries of a core without NT_FILE the way
+// gdb does: the program's DT_DEBUG entry points at the dynamic linker's
+// r_debug, whose r_map chains one link_map {l_addr, l_name, l_ld, l_next,
+// l_prev} per loaded object (glibc's <link.h>; musl's is the same).
+func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Module, error) {
+	var dyn *elf.Prog
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_DYNAMIC {
+			dyn = p
+		}
 	}
-	defer ef.Close()
-	bias := entry - ef.Entry
-	abs, _ := filepath.Abs(path)
-	m := &module.Module{Path: abs}
+	if dyn == nil {
+		return nil, nil // static: nothing else is loaded
+	}
+	ps := uint64(c.arch.PtrSize)
+	read := func(addr uint64) (uint64, error) { return readWord(c.mem, c.arch, addr) }
+	var rdebug uint64
+	for i := uint64(0); i < dyn.Memsz/(2*ps) && i < 1024; i++ {
+		tag, err := read(dyn.Vaddr + bias + 2*ps*i)
+		if err != nil {
+			return nil, fmt.Errorf("reading _DYNAMIC: %w", err)
+		}
+		if tag == uint64(elf.DT_NULL) {
+			break
+		}
+		if tag == uint64(elf.DT_DEBUG) {
+			if rdebug, err = read(dyn.Vaddr + bias + 2*ps*i + ps); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if rdebug == 0 {
+		return nil, fmt.Errorf("no DT_DEBUG in the program's dynamic section")
+	}
+	lm, err := read(rdebug + ps) // r_map, after the int r_version padded to a word
+	if err != nil {
+		return nil, fmt.Errorf("reading r_debug: %w", err)
+	}
+	var mods []*module.Module
+	seen := map[uint64]bool{}
+	for n := 0; lm != 0 && !seen[lm] && n < 1024; n++ {
+		seen[lm] = true
+		laddr, err1 := read(lm)
+		lname, err2 := read(lm + ps)
+		next, err3 := read(lm + 3*ps)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return mods, fmt.Errorf("link_map at %#x: %w", lm, err)
+		}
+		lm = next
+		name := readCString(c.mem, lname, 4096)
+		if name == "" || !strings.HasPrefix(name, "/") {
+			continue // the program itself, the vDSO
+		}
+		lf, err := elf.Open(filepath.Join(sysroot, name))
+		if err != nil {
+			c.errorf("%s: %v", name, err)
+			continue
+		}
+		m, err := place(lf, name, laddr)
+		lf.Close()
+		if err != nil {
+			c.errorf("%s: %v", name, err)
+			continue
+		}
+		mods = append(mods, m)
+	}
+	return mods, nil
+}
+
+func readWord(mem io.ReaderAt, a *arch.Arch, addr uint64) (uint64, error) {
+	var b [8]byte
+	p := b[:a.PtrSize]
+	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
+		return 0, err
+	}
+	if a.PtrSize == 4 {
+		return uint64(a.Order.Uint32(p)), nil
+	}
+	return a.Order.Uint64(p), nil
+}
+
+func readCString(mem io.ReaderAt, addr uint64, max int) string {
+	var out []byte
+	var b [64]byte
+	for len(out) < max {
+		n := len(b)
+		if _, err := mem.ReadAt(b[:n], int64(addr)+int64(len(out))); err != nil {
+			// Near the end of a mapping: byte by byte.
+			if _, err := mem.ReadAt(b[:1], int64(addr)+int64(len(out))); err != nil {
+				return ""
+			}
+			n = 1
+		}
+		if i := bytes.IndexByte(b[:n], 0); i >= 0 {
+			return string(append(out, b[:i]...))
+		}
+		out = append(out, b[:n]...)
+	}
+	return ""
+}
+
+// place maps an ELF file's PT_LOAD segments at a load bias.
+func place(ef *elf.File, path string, bias uint64) (*module.Module, error) {
+	m := &module.Module{Path: path}
+	abs := path
 	const page = 0xfff
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Memsz == 0 {
@@ -161,7 +272,7 @@ func placeExe(path string, entry uint64) (*module.Module, error) {
 		m.Maps = append(m.Maps, mp)
 	}
 	if len(m.Maps) == 0 {
-		return nil, fmt.Errorf("--exe %s: no PT_LOAD segment", path)
+		return nil, fmt.Errorf("%s: no PT_LOAD segment", path)
 	}
 	m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
 	return m, nil

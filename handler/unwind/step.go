@@ -37,6 +37,11 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 	a := u.p.Arch
 	mi, m := u.module(cur.pc)
 	if mi < 0 {
+		// Trampolines on pages of their own, outside every file: ARM's
+		// [sigpage], qemu-user's sigtramp page. Their code is in memory.
+		if next, ok, err := u.sigreturn(nil, cur); ok {
+			return next, MethodSignal, err
+		}
 		if first {
 			// PC 0 or garbage: the call that jumped there left its return
 			// address in LR, or at [SP] on x86.
@@ -230,9 +235,10 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 }
 
 // readCode reads instruction bytes at a runtime address: from the file when
-// the module has one (code is not in the core), else from memory (vDSO).
+// the module has one (code is not in the core), else from memory (vDSO,
+// [sigpage]); m is nil outside every module.
 func (u *unwinder) readCode(m *module.Module, pc uint64, p []byte) error {
-	if m.File != nil {
+	if m != nil && m.File != nil {
 		if err := m.File.ReadCode(pc-m.Bias(), p); err == nil {
 			return nil
 		}

@@ -46,7 +46,65 @@ def walk(limit=200000):
     return frames
 
 
-def oracle():
+def _auxv(tag):
+    for line in gdb.execute("info auxv", to_string=True).splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[1] == tag:
+            return int([x for x in f if x.startswith("0x")][-1], 16)
+    return None
+
+
+def _word(addr, size):
+    b = bytes(gdb.selected_inferior().read_memory(addr, size))
+    return int.from_bytes(b, "little")
+
+
+def relocate(binary, sysroot):
+    """qemu-user cores have no NT_FILE, and gdb 13 then neither relocates a
+    PIE program nor finds its shared libraries. Do what the dynamic linker
+    did, with gdb reading the core: the program's load bias is AT_ENTRY
+    minus e_entry; the libraries come from the link map that _DYNAMIC's
+    DT_DEBUG entry points at (r_debug.r_map; link_map = {l_addr, l_name,
+    l_ld, l_next, l_prev})."""
+    if "No shared libraries" not in gdb.execute("info sharedlibrary", to_string=True):
+        return
+    with open(binary, "rb") as f:
+        hdr = f.read(64)
+    is64 = hdr[4] == 2
+    ptr = 8 if is64 else 4
+    e_type = int.from_bytes(hdr[16:18], "little")
+    e_entry = int.from_bytes(hdr[24:24 + ptr], "little")
+    entry = _auxv("AT_ENTRY")
+    if entry is None:
+        return
+    bias = entry - e_entry if e_type == 3 else 0
+    if bias:
+        gdb.execute("symbol-file -o 0x%x %s" % (bias, binary), to_string=True)
+    try:
+        dyn = int(gdb.parse_and_eval("(long)&_DYNAMIC"))
+    except gdb.error:
+        return  # static
+    rdebug = 0
+    for i in range(1024):
+        tag = _word(dyn + 2 * ptr * i, ptr)
+        if tag == 0:
+            break
+        if tag == 21:  # DT_DEBUG
+            rdebug = _word(dyn + 2 * ptr * i + ptr, ptr)
+    lm = _word(rdebug + ptr, ptr) if rdebug else 0
+    seen = set()
+    while lm and lm not in seen and len(seen) < 1024:
+        seen.add(lm)
+        l_addr, l_name, l_next = _word(lm, ptr), _word(lm + ptr, ptr), _word(lm + 3 * ptr, ptr)
+        name = gdb.selected_inferior().read_memory(l_name, 256).tobytes().split(b"\0")[0].decode()
+        if name.startswith("/"):
+            gdb.execute("add-symbol-file %s -o 0x%x" % (sysroot.rstrip("/") + name, l_addr), to_string=True)
+        lm = l_next
+
+
+def oracle(binary=None, sysroot="/"):
+    if binary:
+        relocate(binary, sysroot)
     inf = gdb.selected_inferior()
     crashed = gdb.selected_thread()
     crashed_lwp = crashed.ptid[1] or crashed.ptid[2] if crashed else 0
