@@ -249,4 +249,3 @@ func isArch(path string, m elf.Machine) bool {
 	defer f.Close()
 	return f.Machine == m
 }
-
