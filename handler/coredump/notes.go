@@ -153,14 +153,15 @@ func (c *Core) ntFile(d []byte, lim Limits) error {
 		return fmt.Errorf("NT_FILE of %d bytes is too short", len(d))
 	}
 	count, page := c.word(d), c.word(d[w:])
-	if count > uint64(len(d))/(3*w) {
+	if count > (uint64(len(d))-2*w)/(3*w) {
 		return fmt.Errorf("NT_FILE claims %d entries in %d bytes", count, len(d))
 	}
+	// The paths follow all count entries, kept or not.
+	names := d[2*w+count*3*w:]
 	if count > uint64(lim.MaxFiles) {
 		count = uint64(lim.MaxFiles)
 		c.Skipped++
 	}
-	names := d[2*w+count*3*w:]
 	for i := uint64(0); i < count; i++ {
 		e := d[2*w+i*3*w:]
 		fm := FileMapping{Start: c.word(e), End: c.word(e[w:]), Offset: c.word(e[2*w:]) * page}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 )
@@ -61,10 +62,10 @@ func ReadHeader(r io.Reader, lim Limits) (*Core, *Stream, error) {
 		}
 		switch p.typ {
 		case elf.PT_NOTE:
-			noteBytes += p.filesz
-			if noteBytes > uint64(lim.MaxNoteBytes) {
-				return nil, nil, &FormatError{s.off, fmt.Sprintf("notes of %d bytes, limit %d", noteBytes, lim.MaxNoteBytes)}
+			if lim.MaxNoteBytes < 0 || p.filesz > uint64(lim.MaxNoteBytes)-noteBytes {
+				return nil, nil, &FormatError{s.off, fmt.Sprintf("notes of more than %d bytes, limit %d", noteBytes, lim.MaxNoteBytes)}
 			}
+			noteBytes += p.filesz
 			notes = append(notes, p)
 		case elf.PT_LOAD:
 			c.Segments = append(c.Segments, Segment{Vaddr: p.vaddr, Memsz: p.memsz, Offset: p.off, Filesz: p.filesz, Flags: p.flags})
@@ -78,8 +79,8 @@ func ReadHeader(r io.Reader, lim Limits) (*Core, *Stream, error) {
 		if err := s.skipTo(int64(n.off)); err != nil {
 			return nil, nil, err
 		}
-		b := make([]byte, n.filesz)
-		if err := s.readFull(b); err != nil {
+		b, err := s.readGrowing(n.filesz)
+		if err != nil {
 			return nil, nil, err
 		}
 		if err := c.parseNotes(b, int64(n.off), lim); err != nil {
@@ -122,6 +123,26 @@ func (s *Stream) readFull(b []byte) error {
 		return fmt.Errorf("core: reading at %#x: %w", s.off, err)
 	}
 	return nil
+}
+
+// readGrowing reads n bytes, allocating as they arrive rather than all
+// at once, so that a header claiming more than the stream holds costs no
+// more memory than the stream's length.
+func (s *Stream) readGrowing(n uint64) ([]byte, error) {
+	const step = 64 << 10
+	var b []byte
+	for uint64(len(b)) < n {
+		k := n - uint64(len(b))
+		if lim := uint64(max(len(b), step)); k > lim {
+			k = lim
+		}
+		b = slices.Grow(b, int(k))
+		if err := s.readFull(b[len(b) : len(b)+int(k)]); err != nil {
+			return nil, err
+		}
+		b = b[:len(b)+int(k)]
+	}
+	return b, nil
 }
 
 func (s *Stream) skipTo(off int64) error {
@@ -183,7 +204,7 @@ func (s *Stream) Collect(segs []Segment, want func(Segment) []Range, maxBytes in
 			if off < s.off {
 				continue // overlapping ranges or segments: already passed
 			}
-			if kept+int64(hi-lo) > maxBytes {
+			if kept > maxBytes || hi-lo > uint64(maxBytes-kept) {
 				return m, fmt.Errorf("core: kept memory over its %d-byte budget", maxBytes)
 			}
 			if err := s.skipTo(off); err != nil {
