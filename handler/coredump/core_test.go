@@ -187,7 +187,8 @@ func TestCollect(t *testing.T) {
 				// Clipped at the start, two windows, one past the end.
 				0x400000: {{0x300000, 0x400010}, {0x400ff0, 0x401010}, {0x402000, 0x402100}, {0x402ff0, 0x404000}},
 				0x600000: {{0x600000, 0x601000}},
-				0x500000: {{0x501000, 0x501001}},
+				// Below and above the segment: nothing.
+				0x500000: {{0x100, 0x200}, {0x501000, 0x501001}, {0x900000, 0x900100}},
 			}
 			var asked []uint64
 			m, err := s.Collect(c.Segments, func(sg Segment) []Range {

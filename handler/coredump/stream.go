@@ -191,14 +191,18 @@ func (s *Stream) Collect(segs []Segment, want func(Segment) []Range, maxBytes in
 		}
 		for _, r := range want(seg) {
 			lo, hi := r.Lo, r.Hi
+			end := seg.Vaddr + seg.Filesz
+			if end < seg.Vaddr {
+				end = ^uint64(0) // a lying p_filesz: clipped by the stream
+			}
 			if lo < seg.Vaddr {
 				lo = seg.Vaddr
 			}
-			if end := seg.Vaddr + seg.Filesz; hi > end || hi < seg.Vaddr {
+			if hi > end {
 				hi = end
 			}
 			if hi <= lo {
-				continue
+				continue // empty, or not in this segment
 			}
 			off := int64(seg.Offset + (lo - seg.Vaddr))
 			if off < s.off {

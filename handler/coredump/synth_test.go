@@ -43,6 +43,9 @@ type synthCore struct {
 	notePad int
 	// nullPhdrs adds PT_NULL program headers after the PT_LOADs.
 	nullPhdrs int
+	// align is what the segment data is aligned to; 0 means a page, as
+	// the kernel does. Fuzz seeds use less to stay small.
+	align uint64
 }
 
 // fill is the byte the synthesized memory holds at address v.
@@ -233,7 +236,11 @@ func (c *synthCore) header() (hdr []byte, dataSize uint64, shdr []byte) {
 	xnum := c.xnum || nph >= pnXNum
 	notes := c.noteData()
 	noteOff := uint64(ehsize + nph*phentsize + c.notePad)
-	off := (noteOff + uint64(len(notes)) + 4095) &^ 4095
+	align := c.align
+	if align == 0 {
+		align = 4096
+	}
+	off := (noteOff + uint64(len(notes)) + align - 1) &^ (align - 1)
 	dataStart := off
 	for i := range c.segs {
 		c.segs[i].offset = off

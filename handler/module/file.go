@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/unwound-dev/unwound/handler/cfi"
 )
@@ -110,10 +111,7 @@ func Load(r io.ReaderAt) (*File, error) {
 		// Section headers stripped: PT_GNU_EH_FRAME still locates the hdr,
 		// and its eh_frame_ptr locates .eh_frame, which runs to the end of
 		// its segment at most.
-		hdr = make([]byte, hdrProg.Filesz)
-		if _, err := hdrProg.ReadAt(hdr, 0); err != nil {
-			hdr = nil
-		}
+		hdr, _ = readSized(r, hdrProg.Off, hdrProg.Filesz)
 		hdrAddr = hdrProg.Vaddr
 	}
 	if eh == nil && hdr != nil {
@@ -140,8 +138,7 @@ func Load(r io.ReaderAt) (*File, error) {
 	if f.Exidx == nil {
 		for _, p := range ef.Progs {
 			if p.Type == elf.PT_ARM_EXIDX && p.Filesz <= MaxSection {
-				b := make([]byte, p.Filesz)
-				if _, err := p.ReadAt(b, 0); err == nil {
+				if b, err := readSized(r, p.Off, p.Filesz); err == nil {
 					f.Exidx, f.ExidxAddr = b, p.Vaddr
 				}
 			}
@@ -215,8 +212,8 @@ func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64) ([]byte, uint64) {
 			if n > MaxSection {
 				n = MaxSection
 			}
-			b := make([]byte, n)
-			if _, err := f.r.ReadAt(b, int64(s.Off+(addr-s.Vaddr))); err != nil {
+			b, err := readSized(f.r, s.Off+(addr-s.Vaddr), n)
+			if err != nil {
 				return nil, 0
 			}
 			return b, addr
@@ -249,6 +246,22 @@ func buildID(r io.Reader, size uint64, order binary.ByteOrder) []byte {
 		b = b[na+da:]
 	}
 	return nil
+}
+
+// readSized reads n bytes at off, allocating as the data arrives, so that a
+// size claimed by a hostile header costs no more memory than the file holds.
+func readSized(r io.ReaderAt, off, n uint64) ([]byte, error) {
+	if off > math.MaxInt64 || n > math.MaxInt64-off {
+		return nil, fmt.Errorf("%d bytes at %#x: out of range", n, off)
+	}
+	b, err := io.ReadAll(io.NewSectionReader(r, int64(off), int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(b)) != n {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return b, nil
 }
 
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }
