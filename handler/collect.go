@@ -105,7 +105,17 @@ func (c *crash) snapshotLive(mem *os.File, maps []module.Mapping) (*coredump.Mem
 	for _, w := range c.stackWindows() {
 		m, ok := find(w.Lo)
 		if !ok {
-			continue
+			// A stack overflow leaves SP in the guard gap below the stack
+			// (stack_guard_gap, 256 pages by default): start at the stack.
+			for _, mm := range maps {
+				if mm.Start > w.Lo && mm.Start-w.Lo <= 1<<20 && (!ok || mm.Start < m.Start) {
+					m, ok = mm, true
+				}
+			}
+			if !ok {
+				continue
+			}
+			w.Lo = m.Start
 		}
 		hi := w.Hi
 		if hi > m.End {

@@ -48,6 +48,12 @@ func compareWithGDB(t *testing.T, b fixture.Binary, scenario string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	compareReport(t, got, want)
+}
+
+// compareReport checks every thread's PCs against gdb's.
+func compareReport(t *testing.T, got *report.Report, want *fixture.Trace) {
+	t.Helper()
 	if len(got.Threads) != len(want.Threads) {
 		t.Errorf("%d threads, gdb sees %d", len(got.Threads), len(want.Threads))
 	}

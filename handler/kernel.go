@@ -77,6 +77,7 @@ func RunKernel(o KernelOptions) int {
 		r := c.handle(in, func() {}, deadline)
 		c.saveCore(in, saved)
 		release()
+		r.Handler.FrozenMS = c.frozen.Milliseconds()
 		c.close()
 		return c.store(r)
 	}

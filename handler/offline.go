@@ -81,7 +81,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 			c.errorf("reading the core: %v", err)
 			c.partial = true
 		}
-		c.core, c.mode, c.mem = core, "file", mem
+		c.core, c.mode, c.mem = core, "file", newPageCache(mem)
 		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
 			return nil, err
 		}

@@ -13,6 +13,9 @@ import (
 type unwinder struct {
 	p     *Process
 	tried map[*module.Module]bool
+	rows  map[rowKey]rowVal
+	// notTramp caches PCs whose code is not a signal trampoline.
+	notTramp map[uint64]bool
 }
 
 // module returns the module holding pc, loading it on first use.
@@ -99,16 +102,11 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 		if t == nil {
 			continue
 		}
-		fde, err := t.Lookup(pc)
+		row, err := u.row(t, pc)
 		if err != nil {
 			if !errors.Is(err, cfi.ErrNoFDE) {
 				lastErr = err
 			}
-			continue
-		}
-		row, err := t.Row(fde, pc)
-		if err != nil {
-			lastErr = err
 			continue
 		}
 		caller, _, ra, err := row.Step(&cur.rs, u.p.Mem, a.SP, cfi.Arch{PtrSize: a.PtrSize, Order: a.Order, AArch64: a.PACStrip})
@@ -132,6 +130,35 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 }
 
 var errNoCFI = errors.New("no CFI covers the pc")
+
+type rowKey struct {
+	t  *cfi.Table
+	pc uint64
+}
+
+type rowVal struct {
+	row *cfi.Row
+	err error
+}
+
+// row finds the unwind row for a file address, cached: a deep recursion
+// asks for the same few rows a hundred thousand times.
+func (u *unwinder) row(t *cfi.Table, pc uint64) (*cfi.Row, error) {
+	k := rowKey{t, pc}
+	if v, ok := u.rows[k]; ok {
+		return v.row, v.err
+	}
+	fde, err := t.Lookup(pc)
+	var row *cfi.Row
+	if err == nil {
+		row, err = t.Row(fde, pc)
+	}
+	if len(u.rows) >= 4096 {
+		clear(u.rows)
+	}
+	u.rows[k] = rowVal{row, err}
+	return row, err
+}
 
 // fromLR takes the return address from the link register, or from [SP] on
 // architectures whose calls push it.
@@ -204,6 +231,14 @@ func (u *unwinder) framePointer(cur state) (state, error) {
 // recovers the interrupted registers from the kernel's signal frame.
 func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 	a := u.p.Arch
+	if u.notTramp[cur.pc] {
+		return state{}, false, nil
+	}
+	defer func() {
+		if len(u.notTramp) >= 4096 {
+			clear(u.notTramp)
+		}
+	}()
 	for i := range a.Sigreturns {
 		sr := &a.Sigreturns[i]
 		code := make([]byte, len(sr.Code))
@@ -231,6 +266,7 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 		next.pc = pc
 		return next, true, nil
 	}
+	u.notTramp[cur.pc] = true
 	return state{}, false, nil
 }
 

@@ -91,7 +91,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 	if o.MaxWalk < o.MaxFrames {
 		o.MaxWalk = o.MaxFrames
 	}
-	u := unwinder{p: p, tried: map[*module.Module]bool{}}
+	u := unwinder{p: p, tried: map[*module.Module]bool{}, rows: map[rowKey]rowVal{}, notTramp: map[uint64]bool{}}
 	var res Result
 	head := (o.MaxFrames + 1) / 2
 	tail := newRing(o.MaxFrames - head)

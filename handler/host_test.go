@@ -1,0 +1,163 @@
+package handler
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/fixture"
+)
+
+const corePatternFile = "/proc/sys/kernel/core_pattern"
+
+// installCorePattern points the host's core_pattern at the handler and
+// returns the function that restores the previous one. The restore also
+// runs on SIGINT/SIGTERM, so an interrupted test leaves the host as it was.
+func installCorePattern(t testing.TB, line string) {
+	old, err := os.ReadFile(corePatternFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := func() {
+		if err := os.WriteFile(corePatternFile, old, 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "RESTORE FAILED: write %q to %s: %v\n", old, corePatternFile, err)
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			restore()
+			fmt.Fprintf(os.Stderr, "%v: core_pattern restored\n", s)
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	t.Cleanup(func() {
+		restore()
+		signal.Stop(sigs)
+		close(done)
+	})
+	if err := os.WriteFile(corePatternFile, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostHandler builds unwound-handler and a config for it in dir.
+func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
+	bin = filepath.Join(dir, "unwound-handler")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound-handler").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	qdir = filepath.Join(dir, "queue")
+	saveDir = filepath.Join(dir, "cores")
+	os.Mkdir(qdir, 0o700)
+	os.Mkdir(saveDir, 0o700)
+	cfg = filepath.Join(dir, "unwound.toml")
+	text := fmt.Sprintf("[handler]\nfreeze_budget = \"4s\"\nsave_core_dir = %q\n[queue]\ndir = %q\nallow_volatile = true\nmax_entries = 1000\nmax_bytes_kib = 65536\n[rate_limit]\ncount = 0\n", saveDir, qdir)
+	if saveDir == "" {
+		text = strings.Replace(text, "save_core_dir", "#", 1)
+	}
+	os.WriteFile(cfg, []byte(text), 0o644)
+	return
+}
+
+// TestHost is the real kernel path on the host: the kernel pipes each
+// x86_64 fixture's core into the installed handler, which reads /proc
+// while the process is frozen and queues a report; gdb then walks the
+// full core the handler saved (save_core_dir) with the unstripped program.
+// Opt-in (make test-host): it replaces the host's core_pattern for the
+// duration and restores it on every exit path.
+func TestHost(t *testing.T) {
+	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
+		t.Skip("opt-in: make test-host (root; installs the handler as core_pattern and restores it)")
+	}
+	if os.Geteuid() != 0 || !fixture.Native("x86_64") {
+		t.Skip("needs root on an x86_64 host")
+	}
+	fx := fixture.Build(t, "x86_64")
+	dir, err := os.MkdirTemp("", "unwound-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin, cfg, qdir, saveDir := hostHandler(t, dir)
+	line, err := exec.Command(bin, "--config", cfg, "--core-pattern").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCorePattern(t, strings.TrimSpace(string(line)))
+	q, err := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, variant := range fixture.Variants {
+		for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
+			prog := "crash"
+			if sc == "throw" {
+				prog = "crashxx"
+			}
+			b := fixture.Binary{Arch: "x86_64", Variant: variant, Prog: prog, Dir: fx}
+			t.Run(variant+"/"+sc, func(t *testing.T) {
+				cmd := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+b.Stripped()+" "+sc)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmd.Wait() // it crashes
+				r := waitReport(t, q, cmd.Process.Pid)
+				if r.Handler.Mode != "live" {
+					t.Errorf("mode %s, want live; errors %v", r.Handler.Mode, r.Errors)
+				}
+				core, err := filepath.Glob(filepath.Join(saveDir, fmt.Sprintf("core.%d.*", r.PID)))
+				if err != nil || len(core) != 1 {
+					t.Fatalf("saved core for pid %d: %v %v", r.PID, core, err)
+				}
+				want := fixture.Oracle(t, b, core[0])
+				compareReport(t, r, want)
+				t.Logf("pid %d: frozen %d ms, handler %d ms", r.PID, r.Handler.FrozenMS, r.Handler.DurationMS)
+				os.Remove(core[0])
+			})
+		}
+	}
+}
+
+// waitReport waits for the report of pid: other processes on the host may
+// crash meanwhile, and their reports land in the same queue.
+func waitReport(t testing.TB, q *queue.Queue, pid int) *report.Report {
+	t.Helper()
+	seen := map[string]bool{}
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		es, _ := q.List()
+		for _, e := range es {
+			if seen[e.Name] {
+				continue
+			}
+			seen[e.Name] = true
+			z, err := q.Read(e.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := report.Decode(z)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.PID == pid {
+				return r
+			}
+		}
+	}
+	out, _ := exec.Command("sh", "-c", "dmesg | grep unwound | tail -5").Output()
+	t.Fatalf("no report for pid %d within 20 s; kernel log:\n%s", pid, out)
+	return nil
+}
