@@ -34,6 +34,20 @@ func (c *crash) stackWindows() []coredump.Range {
 		}
 		rs = append(rs, coredump.Range{Lo: sp, Hi: hi})
 	}
+	// A handler on a sigaltstack returns to the main stack, whose SP only
+	// the signal frame knows. Keep the top of the main stack too: it holds
+	// the auxiliary vector's strings (AT_EXECFN), and main's callers.
+	if top, ok := c.core.AuxvValue(31); ok && top > 4*win { // AT_EXECFN
+		for _, s := range c.core.Segments {
+			if top >= s.Vaddr && top < s.Vaddr+s.Memsz {
+				lo := s.Vaddr + s.Memsz - 4*win
+				if lo < s.Vaddr {
+					lo = s.Vaddr
+				}
+				rs = append(rs, coredump.Range{Lo: lo, Hi: s.Vaddr + s.Memsz})
+			}
+		}
+	}
 	return mergeRanges(rs)
 }
 

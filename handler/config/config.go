@@ -238,7 +238,43 @@ func LoadOrDefault(path string) (*Config, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return Default(), nil
 	}
-	return Default(), fmt.Errorf("config unusable, using defaults: %w", err)
+	text, rerr := os.ReadFile(path)
+	if rerr != nil || len(text) > MaxSize {
+		return Default(), fmt.Errorf("config unusable, using defaults: %w", err)
+	}
+	return Salvage(text), fmt.Errorf("config has errors, using defaults for the keys in error: %w", err)
+}
+
+// Salvage keeps every key of a broken config that is fine on its own and
+// uses the default for the others: a typo in one key must not send reports
+// to the default queue directory, or drop the device id. Text that is not
+// TOML at all gives the defaults.
+func Salvage(text []byte) *Config {
+	c := Default()
+	var raw map[string]any
+	if _, err := toml.NewDecoder(bytes.NewReader(text)).Decode(&raw); err != nil {
+		return c
+	}
+	base := len(c.check())
+	for table, v := range raw {
+		keys, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		for key, val := range keys {
+			var one bytes.Buffer
+			if toml.NewEncoder(&one).Encode(map[string]any{table: map[string]any{key: val}}) != nil {
+				continue
+			}
+			trial := *c
+			md, err := toml.NewDecoder(&one).Decode(&trial)
+			if err != nil || len(md.Undecoded()) > 0 || len(trial.check()) > base {
+				continue
+			}
+			*c = trial
+		}
+	}
+	return c
 }
 
 var typeErr = regexp.MustCompile(`line (\d+) \(last key "([^"]*)"\): (.*)`)

@@ -69,6 +69,15 @@ func TestLoadOrDefault(t *testing.T) {
 	if err == nil || !errors.As(err, &ce) || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("broken file: err %v, config %+v", err, c)
 	}
+	if c := Salvage([]byte("[queue\n")); !reflect.DeepEqual(c, Default()) {
+		t.Errorf("salvage of non-TOML: %+v", c)
+	}
+	mixed := filepath.Join(dir, "mixed.toml")
+	os.WriteFile(mixed, []byte("[queue]\ndir = \"/data/q\"\nmax_entries = -1\n[handler]\nmax_frames = \"many\"\ndeadline = \"2s\"\nbogus = 1\n"), 0o644)
+	c, err = LoadOrDefault(mixed)
+	if err == nil || c.Queue.Dir != "/data/q" || c.Queue.MaxEntries != 200 || c.Handler.MaxFrames != 256 || c.Handler.Deadline.D() != 2*time.Second {
+		t.Errorf("salvage: err %v, config %+v", err, c)
+	}
 	big := filepath.Join(dir, "big.toml")
 	os.WriteFile(big, make([]byte, MaxSize+10), 0o644)
 	if _, err := Load(big); err == nil {
