@@ -302,8 +302,10 @@ func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
 			if err != nil {
 				return err
 			}
+			// RISC-V's CIEs start with def_cfa_register alone: like libgcc,
+			// take an unset CFA as reg+0 (DWARF 5 §6.4.2.2 assumes one).
 			if row.CFA.Kind != RuleCFARegOffset {
-				return fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
+				row.CFA = Rule{Kind: RuleCFARegOffset}
 			}
 			row.CFA.Reg = reg
 		case cfaDefCFAOff, cfaDefCFAOffSf:
