@@ -195,6 +195,9 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if c.pid <= 0 {
 		return errors.New("no pid argument")
 	}
+	if !c.cfg.Handler.Live {
+		return errors.New("handler.live is off")
+	}
 	maps, err := procMaps(c.pid)
 	if err != nil {
 		return err
@@ -281,6 +284,10 @@ func (c *crash) minimalReport() *report.Report {
 
 // store writes the report into the queue.
 func (c *crash) store(r *report.Report) int {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		r.Handler.MaxRSSKiB = ru.Maxrss
+	}
 	z, err := report.Encode(r)
 	if err != nil {
 		c.log.Errorf("encoding the report: %v", err)

@@ -54,6 +54,7 @@ type Handler struct {
 	FreezeBudget   Duration `toml:"freeze_budget"` // time the crashed process may be held
 	StackWindowKiB int      `toml:"stack_window_kib"`
 	MemoryLimitMiB int      `toml:"memory_limit_mib"`
+	Live           bool     `toml:"live"` // read stacks from /proc/<pid>/mem while the process is frozen
 	IncludeCmdline bool     `toml:"include_cmdline"`
 	HonorRlimit    bool     `toml:"honor_rlimit_core"`
 	SaveCoreDir    string   `toml:"save_core_dir"`
@@ -109,6 +110,7 @@ func Default() *Config {
 			FreezeBudget:   Duration(time.Second),
 			StackWindowKiB: 256,
 			MemoryLimitMiB: 32,
+			Live:           true,
 		},
 		Queue: Queue{
 			Dir:         "/var/lib/unwound/queue",

@@ -140,6 +140,7 @@ type Handler struct {
 	Mode       string `json:"mode"` // live (/proc/<pid>/mem), stream (core stream), file (offline)
 	DurationMS int64  `json:"duration_ms"`
 	FrozenMS   int64  `json:"frozen_ms"` // how long the crashed process was held
+	MaxRSSKiB  int64  `json:"max_rss_kib,omitempty"`
 }
 
 // Validate checks a decoded report's invariants: a reader must not trust a
