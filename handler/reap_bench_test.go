@@ -21,9 +21,11 @@ const bigSrc = `
 #include <string.h>
 #include <unistd.h>
 static void *park(void *a) { for (;;) pause(); return a; }
+char *volatile keep; /* escapes: the compiler must not drop the memset */
 int main(void) {
 	size_t n = (size_t)1 << 30;
 	char *p = malloc(n);
+	keep = p;
 	memset(p, 1, n); /* 1 GiB touched: all of it goes into a core */
 	pthread_t t;
 	for (int i = 0; i < 31; i++) pthread_create(&t, 0, park, 0);
@@ -50,7 +52,7 @@ func BenchmarkCrashToReap(b *testing.B) {
 	defer os.RemoveAll(dir)
 	src, bin := filepath.Join(dir, "big.c"), filepath.Join(dir, "big")
 	os.WriteFile(src, []byte(bigSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O0", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
 		b.Fatalf("%v\n%s", err, out)
 	}
 	hbin, cfg, qdir, _ := hostHandler(b, dir)
@@ -117,6 +119,9 @@ func crashBig(b *testing.B, bin string) (time.Duration, int) {
 		b.Fatalf("child said %q", line)
 	}
 	t0 := time.Now()
+	if rss := vmRSS(cmd.Process.Pid); rss < 1<<20 {
+		b.Fatalf("child RSS %d KiB: the 1 GiB is not there", rss)
+	}
 	syscall.Kill(cmd.Process.Pid, syscall.SIGSEGV)
 	cmd.Wait()
 	d := time.Since(t0)
@@ -124,4 +129,15 @@ func crashBig(b *testing.B, bin string) (time.Duration, int) {
 		b.Fatal(fmt.Sprintf("child was not killed by its signal: %v", cmd.ProcessState))
 	}
 	return d, cmd.Process.Pid
+}
+
+func vmRSS(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		var kb int
+		if n, _ := fmt.Sscanf(l, "VmRSS: %d kB", &kb); n == 1 {
+			return kb
+		}
+	}
+	return 0
 }
