@@ -124,7 +124,7 @@ func TestHost(t *testing.T) {
 					t.Fatalf("saved core for pid %d: %v %v", r.PID, core, err)
 				}
 				want := fixture.Oracle(t, b, core[0])
-				compareReport(t, r, want)
+				fixture.CompareReport(t, r, want)
 				t.Logf("pid %d: frozen %d ms, handler %d ms", r.PID, r.Handler.FrozenMS, r.Handler.DurationMS)
 				os.Remove(core[0])
 			})

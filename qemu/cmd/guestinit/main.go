@@ -1,0 +1,145 @@
+// Command guestinit is PID 1 of the core lab's QEMU guests: it mounts the
+// kernel filesystems, runs /plan.json (set core_pattern, crash programs,
+// wait for the handler, ship files to the host over a virtio serial port),
+// prints the end marker and powers the machine off.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/unwound-dev/unwound/qemu/guest"
+)
+
+func main() {
+	rc := run()
+	fmt.Printf("%s rc=%d\n", guest.Marker, rc)
+	syscall.Sync()
+	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
+	for {
+		time.Sleep(time.Second)
+	}
+}
+
+func run() int {
+	for _, m := range []struct{ src, dst, fs string }{
+		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
+		{"tmpfs", "/tmp", "tmpfs"}, {"tmpfs", "/run", "tmpfs"},
+	} {
+		os.MkdirAll(m.dst, 0o755)
+		if err := syscall.Mount(m.src, m.dst, m.fs, 0, ""); err != nil && err != syscall.EBUSY {
+			fmt.Printf("guestinit: mount %s: %v\n", m.dst, err)
+		}
+	}
+	inf := &syscall.Rlimit{Cur: ^uint64(0), Max: ^uint64(0)}
+	syscall.Setrlimit(4 /* RLIMIT_CORE */, inf)
+
+	b, err := os.ReadFile("/plan.json")
+	if err != nil {
+		fmt.Println("guestinit:", err)
+		return 1
+	}
+	var plan guest.Plan
+	if err := json.Unmarshal(b, &plan); err != nil {
+		fmt.Println("guestinit: plan:", err)
+		return 1
+	}
+	port := openPort()
+	if port != nil {
+		defer port.Close()
+	}
+	for i, s := range plan.Steps {
+		if err := step(s, port); err != nil {
+			fmt.Printf("guestinit: step %d: %v\n", i, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// openPort finds the virtio serial port the host collects files from. The
+// descriptor is close-on-exec: a virtio port has one opener at a time, and
+// crashing children must not hold it.
+func openPort() *os.File {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		ports, _ := filepath.Glob("/dev/vport*p1")
+		if len(ports) > 0 {
+			f, err := os.OpenFile(ports[0], os.O_WRONLY|syscall.O_CLOEXEC, 0)
+			if err == nil {
+				return f
+			}
+			fmt.Println("guestinit:", err)
+			return nil
+		}
+	}
+	fmt.Println("guestinit: no virtio serial port: files cannot be shipped")
+	return nil
+}
+
+func step(s guest.Step, port *os.File) error {
+	switch {
+	case s.Mkdir != "":
+		return os.MkdirAll(s.Mkdir, 0o700)
+	case s.Mount != "":
+		os.MkdirAll(s.Mount, 0o755)
+		return syscall.Mount(s.FSType, s.Mount, s.FSType, 0, "")
+	case s.Write != "":
+		return os.WriteFile(s.Write, []byte(s.Data), 0o644)
+	case len(s.CorePattern) > 0:
+		out, err := exec.Command(s.CorePattern[0], s.CorePattern[1:]...).Output()
+		if err != nil {
+			return fmt.Errorf("%v: %w", s.CorePattern, err)
+		}
+		fmt.Printf("guestinit: core_pattern %s", out)
+		return os.WriteFile("/proc/sys/kernel/core_pattern", out, 0o644)
+	case len(s.Run) > 0:
+		cmd := exec.Command(s.Run[0], s.Run[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		cmd.Dir = "/tmp"
+		cmd.Env = []string{"PATH=/bin:/usr/bin"}
+		err := cmd.Run()
+		fmt.Printf("guestinit: %s: %v\n", strings.Join(s.Run, " "), cmd.ProcessState)
+		if s.MustSucceed && err != nil {
+			return err
+		}
+		return nil
+	case s.WaitFiles != "":
+		n := s.Count
+		if n == 0 {
+			n = 1
+		}
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if m, _ := filepath.Glob(s.WaitFiles); len(m) >= n {
+				time.Sleep(50 * time.Millisecond) // a rename is the last step; let writers close
+				return nil
+			}
+		}
+		return fmt.Errorf("timed out waiting for %d files like %s", n, s.WaitFiles)
+	case s.Ship != "":
+		if port == nil {
+			return fmt.Errorf("no port to ship %s", s.Ship)
+		}
+		files, _ := filepath.Glob(s.Ship)
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			name := strings.TrimPrefix(f, "/")
+			if s.As != "" {
+				name = s.As + "/" + filepath.Base(f)
+			}
+			if err := guest.WriteFile(port, name, data); err != nil {
+				return err
+			}
+		}
+		return port.Sync()
+	}
+	return fmt.Errorf("empty step")
+}

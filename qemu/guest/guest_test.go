@@ -1,0 +1,36 @@
+package guest
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestShipRoundTrip(t *testing.T) {
+	var b bytes.Buffer
+	WriteFile(&b, "cores/core.1", []byte("\x7fELF\n\x00data"))
+	WriteFile(&b, "empty", nil)
+	files, err := ReadFiles(&b)
+	if err != nil || string(files["cores/core.1"]) != "\x7fELF\n\x00data" || len(files) != 2 {
+		t.Fatalf("%v %q", err, files)
+	}
+}
+
+func TestShipDetectsDamage(t *testing.T) {
+	var b bytes.Buffer
+	WriteFile(&b, "f", []byte("hello world"))
+	s := b.String()
+	for _, bad := range []string{strings.Replace(s, "hello", "jello", 1), s[:len(s)-4], "garbage\n"} {
+		if _, err := ReadFiles(strings.NewReader(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+func FuzzReadFiles(f *testing.F) {
+	var b bytes.Buffer
+	WriteFile(&b, "a", []byte("x"))
+	f.Add(b.Bytes())
+	f.Add([]byte("UNWOUND-FILE a 99999999999 00\n"))
+	f.Fuzz(func(t *testing.T, p []byte) { ReadFiles(bytes.NewReader(p)) })
+}

@@ -1,0 +1,186 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/unwound-dev/unwound/qemu/guest"
+)
+
+// Arches the lab boots.
+var Arches = []string{"aarch64", "arm", "riscv64", "x86_64"}
+
+// GoArch returns GOARCH and GOARM for a guest architecture.
+func GoArch(arch string) (goarch, goarm string) {
+	switch arch {
+	case "aarch64":
+		return "arm64", ""
+	case "arm":
+		return "arm", "7"
+	case "riscv64":
+		return "riscv64", ""
+	}
+	return "amd64", ""
+}
+
+// Kernel builds (or finds in the cache) the minimal kernel for arch and
+// returns its image path.
+func Kernel(arch string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "kernel", "build.sh")
+	cmd := exec.Command(script, arch)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("kernel %s: %v\n%s", arch, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Machine is one guest boot.
+type Machine struct {
+	Arch      string
+	Kernel    string     // image path
+	Initramfs *Initramfs // must contain /init
+	CPU       string     // default per arch (cortex-a53, cortex-a15)
+	Memory    string     // default 256M
+	Append    string     // extra kernel command line
+	Timeout   time.Duration
+	Dir       string // work directory (console log, shipped stream); a temp dir when empty
+}
+
+// Result is what a boot produced.
+type Result struct {
+	Console  string
+	Files    map[string][]byte // shipped by the guest, checksums verified
+	Duration time.Duration
+	// Done is true when the guest printed the end marker with rc=0.
+	Done bool
+}
+
+// Run boots the machine and waits for it to power off or time out. QEMU
+// exits 0 on a guest panic too: Done is judged by the marker line.
+func (m *Machine) Run(ctx context.Context) (*Result, error) {
+	dir := m.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "unwound-qemu-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	initrd := filepath.Join(dir, "initramfs.cpio")
+	f, err := os.Create(initrd)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.Initramfs.WriteTo(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.Close()
+	console, ship := filepath.Join(dir, "console.log"), filepath.Join(dir, "ship.bin")
+	os.Remove(console)
+	os.Remove(ship)
+	args, err := m.args(initrd, console, ship)
+	if err != nil {
+		return nil, err
+	}
+	timeout := m.Timeout
+	if timeout == 0 {
+		timeout = 120 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	var qout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &qout, &qout
+	runErr := cmd.Run()
+	res := &Result{Duration: time.Since(start)}
+	con, _ := os.ReadFile(console)
+	res.Console = string(con)
+	res.Done = strings.Contains(res.Console, guest.Marker+" rc=0")
+	if sb, err := os.ReadFile(ship); err == nil {
+		files, perr := guest.ReadFiles(bytes.NewReader(sb))
+		res.Files = files
+		if perr != nil && err == nil {
+			err = perr
+		}
+		if perr != nil {
+			return res, perr
+		}
+	}
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("qemu %s: timed out after %v; console tail:\n%s", m.Arch, timeout, tail(res.Console, 2000))
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("qemu %s: %v\n%s", m.Arch, runErr, qout.String())
+	}
+	if !res.Done {
+		return res, errors.New("guest did not finish its plan; console tail:\n" + tail(res.Console, 3000))
+	}
+	return res, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (m *Machine) args(initrd, console, ship string) ([]string, error) {
+	mem := m.Memory
+	if mem == "" {
+		mem = "256M"
+	}
+	common := []string{"-display", "none", "-monitor", "none", "-no-reboot", "-nic", "none",
+		"-smp", "1", "-m", mem, "-kernel", m.Kernel, "-initrd", initrd,
+		"-serial", "file:" + console,
+		"-chardev", "file,id=ship,path=" + ship}
+	cmdline := "panic=-1 rdinit=/init quiet loglevel=4 " + m.Append
+	var a []string
+	switch m.Arch {
+	case "aarch64":
+		cpu := m.CPU
+		if cpu == "" {
+			cpu = "cortex-a53"
+		}
+		a = append([]string{"qemu-system-aarch64", "-M", "virt", "-cpu", cpu}, common...)
+		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
+			"-append", "console=ttyAMA0 "+cmdline)
+	case "arm":
+		cpu := m.CPU
+		if cpu == "" {
+			cpu = "cortex-a15"
+		}
+		a = append([]string{"qemu-system-arm", "-M", "virt,highmem=off", "-cpu", cpu}, common...)
+		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
+			"-append", "console=ttyAMA0 "+cmdline)
+	case "riscv64":
+		a = append([]string{"qemu-system-riscv64", "-M", "virt", "-bios", "default"}, common...)
+		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
+			"-append", "console=ttyS0 "+cmdline)
+	case "x86_64":
+		a = append([]string{"qemu-system-x86_64", "-M", "pc"}, common...)
+		a = append(a, "-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ship,name=unwound.ship",
+			"-append", "console=ttyS0 "+cmdline)
+	default:
+		return nil, fmt.Errorf("qemu: unknown arch %q", m.Arch)
+	}
+	if _, err := exec.LookPath(a[0]); err != nil {
+		return nil, fmt.Errorf("%s not installed (make deps)", a[0])
+	}
+	return a, nil
+}
