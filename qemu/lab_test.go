@@ -1,0 +1,200 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/qemu/guest"
+)
+
+// guestLibs describes where an architecture's glibc lives on the host and
+// what the programs' interpreter is called.
+type guestLibs struct {
+	hostDir string // the cross sysroot's lib directory
+	triplet string
+	interp  string
+}
+
+var libsFor = map[string]guestLibs{
+	"aarch64": {"/usr/aarch64-linux-gnu/lib", "aarch64-linux-gnu", "ld-linux-aarch64.so.1"},
+	"arm":     {"/usr/arm-linux-gnueabihf/lib", "arm-linux-gnueabihf", "ld-linux-armhf.so.3"},
+	"riscv64": {"/usr/riscv64-linux-gnu/lib", "riscv64-linux-gnu", "ld-linux-riscv64-lp64d.so.1"},
+	"x86_64":  {"/lib/x86_64-linux-gnu", "x86_64-linux-gnu", "ld-linux-x86-64.so.2"},
+}
+
+var runtimeLibs = []string{"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"}
+
+// GoBuild cross-compiles a Go command for a guest.
+func GoBuild(t testing.TB, pkg, arch, out string) string {
+	t.Helper()
+	goarch, goarm := GoArch(arch)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOARM="+goarm)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s for %s: %v\n%s", pkg, arch, err, b)
+	}
+	return out
+}
+
+// addGlibc puts the architecture's dynamic loader and runtime libraries
+// into the guest at /lib, with the multiarch directory and /lib64 pointing
+// there, and returns a host directory laid out the same way, for gdb and
+// offline unwinding of the guest's cores.
+func addGlibc(t testing.TB, r *Initramfs, arch, hostRoot string) {
+	l := libsFor[arch]
+	os.MkdirAll(hostRoot, 0o755)
+	os.Symlink(l.hostDir, filepath.Join(hostRoot, "lib"))
+	os.Symlink("lib", filepath.Join(hostRoot, "lib64"))
+	for _, n := range append([]string{l.interp}, runtimeLibs...) {
+		p, err := filepath.EvalSymlinks(filepath.Join(l.hostDir, n))
+		if err != nil {
+			t.Skipf("%s: %v (install the cross toolchain: make deps)", arch, err)
+		}
+		r.HostFile("/lib/"+n, 0o755, p)
+	}
+	r.Symlink("/lib/"+l.triplet, ".")
+	r.Symlink("/lib64", "lib")
+}
+
+// TestLab boots every architecture's minimal kernel with the real
+// unwound-handler installed through its own --core-pattern line, crashes
+// every fixture, and ships out the reports and (save_core_dir) the full
+// cores. Each report must come from the kernel's pipe in live mode, and
+// equal gdb's walk of the same core on the architectures whose unwinding
+// is complete.
+func TestLab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU guests")
+	}
+	for _, arch := range Arches {
+		arch := arch
+		t.Run(arch, func(t *testing.T) { labArch(t, arch) })
+	}
+}
+
+// gdbCompared lists the architectures whose reports must equal gdb's
+// today; ARM32 needs EHABI (the ARM/RISC-V issue).
+var gdbCompared = map[string]bool{"aarch64": true, "x86_64": true, "riscv64": true}
+
+func labArch(t *testing.T, arch string) {
+	kernel, err := Kernel(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := fixture.Build(t, arch)
+	work := t.TempDir()
+	r := NewInitramfs()
+	r.HostFile("/init", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
+	r.HostFile("/bin/unwound-handler", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
+	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
+save_core_dir = "/var/lib/unwound/cores"
+[queue]
+dir = "/var/lib/unwound/queue"
+allow_volatile = true
+max_entries = 1000
+max_bytes_kib = 65536
+`))
+	hostRoot := filepath.Join(work, "root")
+	addGlibc(t, r, arch, hostRoot)
+	plan := guest.Plan{Steps: []guest.Step{
+		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
+		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
+	}}
+	n := 0
+	for _, v := range fixture.Variants {
+		for _, prog := range []string{"crash", "crashxx"} {
+			b := fixture.Binary{Arch: arch, Variant: v, Prog: prog, Dir: fx}
+			gp := "/bin/" + v + "/" + prog
+			r.HostFile(gp, 0o755, b.Stripped())
+			os.MkdirAll(filepath.Join(hostRoot, "bin", v), 0o755)
+			os.Symlink(b.Stripped(), filepath.Join(hostRoot, "bin", v, prog))
+		}
+		for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
+			prog := "crash"
+			if sc == "throw" {
+				prog = "crashxx"
+			}
+			n++
+			plan.Steps = append(plan.Steps,
+				guest.Step{Run: []string{"/bin/" + v + "/" + prog, sc}},
+				guest.Step{WaitFiles: "/var/lib/unwound/queue/*.json.zst", Count: n})
+		}
+	}
+	plan.Steps = append(plan.Steps,
+		guest.Step{Ship: "/var/lib/unwound/queue/*.json.zst", As: "reports"},
+		guest.Step{Ship: "/var/lib/unwound/cores/*", As: "cores"})
+	js, _ := jsonMarshal(plan)
+	r.File("/plan.json", 0o644, js)
+
+	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 15 * time.Minute, Dir: work}
+	res, err := m.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d crashes, %d files shipped, boot to poweroff %v", arch, n, len(res.Files), res.Duration.Round(time.Millisecond))
+
+	cores := filepath.Join(work, "cores")
+	os.MkdirAll(cores, 0o755)
+	var reports []*report.Report
+	for name, data := range res.Files {
+		if strings.HasPrefix(name, "cores/") {
+			os.WriteFile(filepath.Join(work, name), data, 0o644)
+			continue
+		}
+		rep, err := report.Decode(data)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		reports = append(reports, rep)
+	}
+	if len(reports) != n {
+		t.Fatalf("%d reports, want %d", len(reports), n)
+	}
+	exeRE := regexp.MustCompile(`^/bin/([^/]+)/([^/]+)$`)
+	for _, rep := range reports {
+		mm := exeRE.FindStringSubmatch(rep.Exe)
+		if mm == nil {
+			t.Errorf("report %s: exe %q", rep.ID, rep.Exe)
+			continue
+		}
+		b := fixture.Binary{Arch: arch, Variant: mm[1], Prog: mm[2], Dir: fx}
+		name := fmt.Sprintf("%s/%s pid %d", mm[1], mm[2], rep.PID)
+		t.Run(mm[1]+"/"+mm[2]+"/"+strconv.Itoa(rep.PID), func(t *testing.T) {
+			if rep.Handler.Mode != "live" || rep.Arch != arch {
+				t.Errorf("%s: mode %s arch %s errors %v", name, rep.Handler.Mode, rep.Arch, rep.Errors)
+			}
+			core, _ := filepath.Glob(filepath.Join(cores, fmt.Sprintf("core.%d.*", rep.PID)))
+			if len(core) != 1 {
+				t.Fatalf("no saved core for pid %d", rep.PID)
+			}
+			// The same core offline, from the host's copy of the guest's files.
+			off, err := handler.Offline(handler.OfflineOptions{CoreFile: core[0], Sysroot: hostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !gdbCompared[arch] {
+				t.Skipf("%s: gdb comparison waits for ARM EHABI", arch)
+			}
+			want := fixture.OracleSysroot(t, b, core[0], hostRoot)
+			fixture.CompareReport(t, rep, want)
+			fixture.CompareReport(t, off, want)
+		})
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
