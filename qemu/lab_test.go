@@ -100,7 +100,11 @@ func labArch(t *testing.T, arch string) {
 	r := NewInitramfs()
 	r.HostFile("/init", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
 	r.HostFile("/bin/unwound-handler", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
+	// TCG runs guests 10-50x slower than a board: the budgets grow so the
+	// 87,000-frame recursion is walked live to its end, as on hardware.
 	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
+deadline = "120s"
+freeze_budget = "60s"
 save_core_dir = "/var/lib/unwound/cores"
 [queue]
 dir = "/var/lib/unwound/queue"
