@@ -100,7 +100,12 @@ func (c *crash) unwindThreads(deadline time.Time) {
 			continue
 		}
 		p.PACMask = t.PACMask
+		thumb := false
+		if i := c.arch.PRStatusCPSR; i >= 0 && i < len(t.Regs) {
+			thumb = t.Regs[i]&0x20 != 0
+		}
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
+			Thumb:     thumb,
 			MaxFrames: c.cfg.Handler.MaxFrames,
 			MaxWalk:   1 << 20, // a whole 8 MiB stack of tiny frames; the deadline bounds it too
 			Deadline:  deadline,
@@ -207,7 +212,7 @@ func (c *crash) report() *report.Report {
 			th.ElidedAt = (c.cfg.Handler.MaxFrames + 1) / 2
 		}
 		for _, f := range res.Frames {
-			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Module: -1, Exact: f.Exact, Note: f.Note}
+			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
 			if f.Module >= 0 {
 				rf.Module = remap[f.Module]
 			}

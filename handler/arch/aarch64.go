@@ -24,9 +24,10 @@ var AArch64 = &Arch{
 	LR:      a64LR,
 	RA:      a64LR,
 	// struct user_pt_regs: regs[31], sp, pc, pstate.
-	PRStatus:    seq(0, 32),
-	PRStatusPC:  32,
-	PRStatusMin: 33,
+	PRStatus:     seq(0, 32),
+	PRStatusCPSR: -1,
+	PRStatusPC:   32,
+	PRStatusMin:  33,
 	// AAPCS64 §6.2.3: the frame record {x29, x30} sits at x29.
 	FrameRecord: struct{ PrevFP, RA int64 }{0, 8},
 	MinInsn:     4,

@@ -49,6 +49,14 @@ type Arch struct {
 	// PACStrip says return addresses may carry pointer-authentication bits
 	// that must be cleared (AArch64).
 	PACStrip bool
+
+	// ThumbBit says code addresses carry the instruction set in bit 0
+	// (ARM32: set for Thumb). Reported PCs have it cleared, as gdb and
+	// addr2line expect; the state goes in the frame.
+	ThumbBit bool
+	// PRStatusCPSR is the pr_reg index of a status word whose bit 5 is the
+	// Thumb state (ARM32 CPSR); -1 when there is none.
+	PRStatusCPSR int
 }
 
 // Sigreturn describes a signal-return trampoline: its instruction bytes and
@@ -62,6 +70,9 @@ type Sigreturn struct {
 	Regs   int64
 	Slots  []Slot
 	PCSlot int64
+	// CPSRSlot, when non-zero, is the offset of the saved status word whose
+	// bit 5 is the interrupted code's Thumb state (ARM32).
+	CPSRSlot int64
 }
 
 // Slot is one saved register in a signal frame.

@@ -25,9 +25,10 @@ var RISCV64 = &Arch{
 	LR:      rvRA,
 	RA:      rvRA,
 	// struct user_regs_struct: pc, then x1–x31.
-	PRStatus:    append([]int{-1}, seq(1, 31)...),
-	PRStatusPC:  0,
-	PRStatusMin: 32,
+	PRStatus:     append([]int{-1}, seq(1, 31)...),
+	PRStatusCPSR: -1,
+	PRStatusPC:   0,
+	PRStatusMin:  32,
 	// With -fno-omit-frame-pointer, s0 points just above the saved {fp, ra}.
 	FrameRecord: struct{ PrevFP, RA int64 }{-16, -8},
 	MinInsn:     2,

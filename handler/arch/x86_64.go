@@ -46,10 +46,11 @@ var X86_64 = &Arch{
 		-1, -1, // cs, eflags
 		x86RSP,
 	},
-	PRStatusPC:  16,
-	PRStatusMin: 20,
-	FrameRecord: struct{ PrevFP, RA int64 }{0, 8},
-	MinInsn:     1,
+	PRStatusCPSR: -1,
+	PRStatusPC:   16,
+	PRStatusMin:  20,
+	FrameRecord:  struct{ PrevFP, RA int64 }{0, 8},
+	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
 		// mov $15,%rax; syscall: glibc's and musl's __restore_rt. The
 		// handler's ret popped pretcode, so SP points at the ucontext;

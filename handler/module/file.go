@@ -12,6 +12,7 @@ import (
 	"math"
 
 	"github.com/unwound-dev/unwound/handler/cfi"
+	"github.com/unwound-dev/unwound/handler/ehabi"
 )
 
 // MaxSection caps how much of one section is read: no real unwind table
@@ -36,6 +37,9 @@ type File struct {
 	// ARM EHABI tables: .ARM.exidx and .ARM.extab with their addresses.
 	Exidx, Extab         []byte
 	ExidxAddr, ExtabAddr uint64
+
+	// EHABI indexes Exidx/Extab (nil without .ARM.exidx).
+	EHABI *ehabi.Table
 
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
@@ -142,6 +146,14 @@ func Load(r io.ReaderAt) (*File, error) {
 					f.Exidx, f.ExidxAddr = b, p.Vaddr
 				}
 			}
+		}
+	}
+	if len(f.Exidx) > 0 {
+		t, err := ehabi.New(f.Exidx, f.ExidxAddr, f.Extab, f.ExtabAddr, ef.ByteOrder)
+		if err != nil {
+			f.TableErrs = append(f.TableErrs, err)
+		} else {
+			f.EHABI = t
 		}
 	}
 	return f, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/cfi"
+	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
 )
 
@@ -71,6 +72,17 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 	} else {
 		why = fmt.Errorf("%s: %v", m.Path, m.Err)
 	}
+	if m.File != nil && m.File.EHABI != nil {
+		next, err := u.ehabi(m, cur)
+		if err == nil {
+			return next, MethodEHABI, nil
+		}
+		var se *stepError
+		if errors.As(err, &se) {
+			return state{}, "", err
+		}
+		why = err
+	}
 	if first && a.LR >= 0 {
 		// A leaf function keeps its return address in LR; without unwind
 		// info that is the best first step (gdb does the same).
@@ -130,6 +142,58 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 }
 
 var errNoCFI = errors.New("no CFI covers the pc")
+
+// ehabi runs the module's ARM EHABI entry for the frame. Entries cover up
+// to the next one, so a PC in code without an entry of its own (assembly,
+// PLT stubs) inherits its neighbour's rules: the caller's SP must not go
+// down, and its PC must land in a module.
+func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
+	a := u.p.Arch
+	pc := lookupPC(cur) - m.Bias()
+	e, err := m.File.EHABI.Lookup(pc)
+	if errors.Is(err, ehabi.ErrCantUnwind) {
+		return state{}, &stepError{StopEndOfStack, fmt.Sprintf("%s: function at %#x is marked EXIDX_CANTUNWIND", m.Path, e.Start)}
+	}
+	if err != nil {
+		return state{}, err
+	}
+	var s ehabi.State
+	for r := 0; r < 16; r++ {
+		if v, ok := cur.rs.Get(r); ok {
+			s.R[r] = uint32(v)
+			s.Valid |= 1 << r
+		}
+	}
+	s.R[15] = uint32(cur.pc)
+	s.Valid |= 1 << 15
+	if err := ehabi.Exec(e.Ops, &s, u.p.Mem, a.Order); err != nil {
+		if errors.Is(err, ehabi.ErrRefuse) {
+			return state{}, &stepError{StopEndOfStack, "EHABI entry refuses to unwind"}
+		}
+		return state{}, err
+	}
+	var next state
+	next.rs = cur.rs
+	for r := 0; r < 16; r++ {
+		if s.Valid&(1<<r) != 0 {
+			next.rs.Set(r, uint64(s.R[r]))
+		}
+	}
+	next.pc = uint64(s.R[15])
+	sp, _ := cur.rs.Get(a.SP)
+	if uint64(s.R[13]) < sp {
+		return state{}, fmt.Errorf("EHABI: caller SP %#x below SP %#x", s.R[13], sp)
+	}
+	if next.pc != 0 && module.Find(u.p.Modules, next.pc&^1) < 0 {
+		return state{}, fmt.Errorf("EHABI: return address %#x is in no module", next.pc)
+	}
+	// The caller's LR is unknown unless an opcode restored it; leaving the
+	// callee's would make a later "leaf" step loop.
+	if s.Valid&(1<<14) == 0 || !s.PCSet {
+		next.rs.Clear(a.LR)
+	}
+	return next, nil
+}
 
 type rowKey struct {
 	t  *cfi.Table
@@ -264,6 +328,13 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 			return state{}, true, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
 		}
 		next.pc = pc
+		if sr.CPSRSlot != 0 {
+			cpsr, err := u.readPtr(base + uint64(sr.CPSRSlot))
+			if err == nil {
+				next.thumb = cpsr&0x20 != 0
+			}
+			next.pc &^= 1
+		}
 		return next, true, nil
 	}
 	u.notTramp[cur.pc] = true

@@ -57,6 +57,7 @@ type Options struct {
 	MaxFrames int       // frames kept in the result: the first and last halves
 	MaxWalk   int       // frames walked at most (deep recursion), ≥ MaxFrames
 	Deadline  time.Time // zero: none
+	Thumb     bool      // ARM32: frame 0 is in Thumb state (CPSR bit 5)
 }
 
 // Frame is one recovered frame.
@@ -66,6 +67,7 @@ type Frame struct {
 	Method string
 	Module int  // index into Process.Modules, -1 when in none
 	Exact  bool // PC is the interrupted instruction, not a return address
+	Thumb  bool // ARM32 Thumb state; PC has bit 0 cleared
 	Note   string
 }
 
@@ -81,6 +83,7 @@ type state struct {
 	pc    uint64
 	rs    regs.Set
 	exact bool
+	thumb bool
 }
 
 // Unwind walks one thread from its registers.
@@ -100,12 +103,16 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 	// keeps the set tiny on a 100,000-frame recursion.
 	seen := map[uint64]bool{}
 	var seenSP uint64
-	cur := state{pc: pc, rs: rs, exact: true}
+	cur := state{pc: pc, rs: rs, exact: true, thumb: o.Thumb}
+	if p.Arch.ThumbBit {
+		cur.thumb = cur.thumb || pc&1 != 0
+		cur.pc &^= 1
+	}
 	method := MethodContext
 	walked := 0
 	for {
 		sp, _ := cur.rs.Get(p.Arch.SP)
-		f := Frame{PC: cur.pc, SP: sp, Method: method, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact}
+		f := Frame{PC: cur.pc, SP: sp, Method: method, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact, Thumb: cur.thumb}
 		if len(res.Frames) < head {
 			res.Frames = append(res.Frames, f)
 		} else if tail.push(f) {
@@ -134,6 +141,12 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		if err != nil {
 			res.Stop, res.Detail = stopReason(err)
 			break
+		}
+		if p.Arch.ThumbBit && m != MethodSignal {
+			// Code addresses carry the instruction set in bit 0; a signal
+			// frame's state came from the saved CPSR instead.
+			next.thumb = next.pc&1 != 0
+			next.pc &^= 1
 		}
 		if next.pc == 0 {
 			res.Stop = StopEndOfStack
