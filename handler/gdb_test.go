@@ -16,7 +16,7 @@ func TestMatchesGDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gdb comparisons: not in -short")
 	}
-	for _, arch := range []string{"x86_64", "aarch64"} {
+	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
 			dir := fixture.Build(t, arch)

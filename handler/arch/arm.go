@@ -74,6 +74,9 @@ var ARM = &Arch{
 		armSigreturn("sigpage sigreturn (ARM)", le32(0xe3a07077, 0xef900077), armRegs),
 		armSigreturn("sigpage sigreturn (Thumb)", le16(0x2777, 0xdf00), armRegs),
 		armSigreturn("libc rt_sigreturn (ARM)", le32(0xe3a070ad, 0xef000000), armRTRegs),
+		// glibc armhf is Thumb-2: mov.w r7, #173; svc 0.
+		armSigreturn("libc rt_sigreturn (Thumb-2)", le16(0xf04f, 0x07ad, 0xdf00), armRTRegs),
+		armSigreturn("libc sigreturn (Thumb-2)", le16(0xf04f, 0x0777, 0xdf00), armRegs),
 		armSigreturn("libc sigreturn (ARM)", le32(0xe3a07077, 0xef000000), armRegs),
 	},
 }
