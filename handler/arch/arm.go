@@ -3,6 +3,8 @@ package arch
 import (
 	"debug/elf"
 	"encoding/binary"
+
+	"github.com/unwound-dev/unwound/handler/prologue"
 )
 
 // ARM DWARF numbers (ARM DWARF ABI §4.1): r0–r15 are 0–15.
@@ -63,6 +65,7 @@ var ARM = &Arch{
 	FrameRecord:  struct{ PrevFP, RA int64 }{-4, 0},
 	MinInsn:      2,
 	ThumbBit:     true,
+	Prologue:     prologue.ARM,
 	PRStatusCPSR: 16,
 	// The kernel's [sigpage] codes (arch/arm/kernel/sigreturn_codes.S) in
 	// ARM and Thumb state, rt and not, then the restorers glibc and musl

@@ -3,6 +3,8 @@ package arch
 import (
 	"debug/elf"
 	"encoding/binary"
+
+	"github.com/unwound-dev/unwound/handler/prologue"
 )
 
 // RISC-V DWARF numbers (RISC-V ELF psABI, "DWARF register numbers"):
@@ -32,6 +34,9 @@ var RISCV64 = &Arch{
 	// With -fno-omit-frame-pointer, s0 points just above the saved {fp, ra}.
 	FrameRecord: struct{ PrevFP, RA int64 }{-16, -8},
 	MinInsn:     2,
+	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
+		return prologue.RISCV(code, start, pc)
+	},
 	Sigreturns: []Sigreturn{{
 		// vDSO __vdso_rt_sigreturn: li a7, 139; ecall
 		// (arch/riscv/kernel/vdso/rt_sigreturn.S). SP points at struct

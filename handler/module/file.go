@@ -41,6 +41,9 @@ type File struct {
 	// EHABI indexes Exidx/Extab (nil without .ARM.exidx).
 	EHABI *ehabi.Table
 
+	symsLoaded bool
+	funcs      []uint64 // function starts, sorted (FuncStart)
+
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
 }

@@ -83,6 +83,17 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 		}
 		why = err
 	}
+	if m.File != nil && a.Prologue != nil {
+		next, err := u.prologue(m, cur, first)
+		if err == nil {
+			return next, MethodPrologue, nil
+		}
+		if errors.Is(why, ehabi.ErrCantUnwind) && !first {
+			// gdb ends here too: _start and friends are CANTUNWIND and
+			// save no return address.
+			return state{}, "", &stepError{StopEndOfStack, why.Error()}
+		}
+	}
 	if first && a.LR >= 0 {
 		// A leaf function keeps its return address in LR; without unwind
 		// info that is the best first step (gdb does the same).
@@ -143,6 +154,68 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 
 var errNoCFI = errors.New("no CFI covers the pc")
 
+// prologue decodes the frame setup of the function holding the PC, from
+// its start (a symbol, or the ARM unwind entry) up to the PC.
+func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, error) {
+	a := u.p.Arch
+	pc := cur.pc - m.Bias()
+	start, ok := m.File.FuncStart(lookupPC(cur) - m.Bias())
+	if ok && m.File.EHABI != nil {
+		if e, _ := m.File.EHABI.Lookup(lookupPC(cur) - m.Bias()); e != nil && e.Start > start {
+			start = e.Start
+		}
+	}
+	// Without a symbol the start is a guess: an unwind-table entry may
+	// belong to an earlier function (entries run to the next one), and a
+	// guessed start invents frames. Stripped static binaries stop here.
+	if !ok || pc < start || pc-start > 1<<16 {
+		return state{}, errors.New("prologue: function start unknown (no symbol)")
+	}
+	n := pc - start
+	if n > 256 {
+		n = 256
+	}
+	code := make([]byte, n)
+	if err := m.File.ReadCode(start, code); err != nil {
+		return state{}, err
+	}
+	fr, err := a.Prologue(code, start, pc, cur.thumb)
+	if err != nil {
+		return state{}, err
+	}
+	sp, ok := cur.rs.Get(a.SP)
+	if !ok {
+		return state{}, errors.New("prologue: no stack pointer")
+	}
+	cfa := sp + fr.Size
+	next := state{rs: cur.rs}
+	for r, off := range fr.Saved {
+		v, err := u.readPtr(uint64(int64(cfa) + off))
+		if err != nil {
+			return state{}, err
+		}
+		next.rs.Set(r, v)
+	}
+	next.rs.Set(a.SP, cfa)
+	switch {
+	case fr.Saved[a.RA] != 0:
+		next.pc, _ = next.rs.Get(a.RA)
+	case first && a.LR >= 0:
+		// A leaf that saved nothing: the return address is still in LR.
+		lr, ok := cur.rs.Get(a.LR)
+		if !ok {
+			return state{}, errors.New("prologue: return address not saved and LR unknown")
+		}
+		next.pc = lr
+	default:
+		return state{}, errors.New("prologue: return address not saved")
+	}
+	if module.Find(u.p.Modules, next.pc&^1) < 0 {
+		return state{}, fmt.Errorf("prologue: return address %#x is in no module", next.pc)
+	}
+	return next, nil
+}
+
 // ehabi runs the module's ARM EHABI entry for the frame. Entries cover up
 // to the next one, so a PC in code without an entry of its own (assembly,
 // PLT stubs) inherits its neighbour's rules: the caller's SP must not go
@@ -152,10 +225,16 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	pc := lookupPC(cur) - m.Bias()
 	e, err := m.File.EHABI.Lookup(pc)
 	if errors.Is(err, ehabi.ErrCantUnwind) {
-		return state{}, &stepError{StopEndOfStack, fmt.Sprintf("%s: function at %#x is marked EXIDX_CANTUNWIND", m.Path, e.Start)}
+		return state{}, fmt.Errorf("%s: function at %#x: %w", m.Path, e.Start, err)
 	}
 	if err != nil {
 		return state{}, err
+	}
+	// Entries run to the next one: a function the table leaves out (glibc's
+	// abort) would inherit its neighbour's program. A symbol starting after
+	// the entry says the entry is not this function's.
+	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
+		return state{}, fmt.Errorf("%s: no .ARM.exidx entry for the function at %#x", m.Path, fs)
 	}
 	var s ehabi.State
 	for r := 0; r < 16; r++ {

@@ -17,12 +17,13 @@ import (
 
 // Methods recorded per frame.
 const (
-	MethodContext = "context" // frame 0, from the thread's registers
-	MethodCFI     = "cfi"
-	MethodEHABI   = "ehabi"
-	MethodFP      = "fp"
-	MethodLR      = "lr" // link register, or the return address at SP
-	MethodSignal  = "signal"
+	MethodContext  = "context" // frame 0, from the thread's registers
+	MethodCFI      = "cfi"
+	MethodEHABI    = "ehabi"
+	MethodFP       = "fp"
+	MethodLR       = "lr" // link register, or the return address at SP
+	MethodSignal   = "signal"
+	MethodPrologue = "prologue" // decoded from the function's prologue: low trust
 )
 
 // Stop reasons.
