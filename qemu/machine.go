@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -56,6 +57,10 @@ type Machine struct {
 	Append    string     // extra kernel command line
 	Timeout   time.Duration
 	Dir       string // work directory (console log, shipped stream); a temp dir when empty
+	// Link, when set, adds a virtio console (/dev/hvc0 in the guest, a tty)
+	// backed by a host pty, and calls Link with the pty's path once QEMU
+	// has made it: the serial line the uploader talks over.
+	Link func(ptyPath string)
 }
 
 // Result is what a boot produced.
@@ -103,10 +108,45 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
+	if m.Link != nil {
+		args = append(args, "-chardev", "pty,id=link", "-device", "virtconsole,chardev=link")
+	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var qout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &qout, &qout
-	runErr := cmd.Run()
+	cmd.Stdout = &qout
+	var runErr error
+	if m.Link != nil {
+		// QEMU says "char device redirected to /dev/pts/N (label link)".
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stderr = pw
+		if err := cmd.Start(); err != nil {
+			pw.Close()
+			pr.Close()
+			return nil, err
+		}
+		pw.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer pr.Close()
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				l := sc.Text()
+				qout.WriteString(l + "\n")
+				if i := strings.Index(l, "redirected to "); i >= 0 && strings.Contains(l, "label link") {
+					m.Link(strings.Fields(l[i+len("redirected to "):])[0])
+				}
+			}
+		}()
+		runErr = cmd.Wait()
+		<-done
+	} else {
+		cmd.Stderr = &qout
+		runErr = cmd.Run()
+	}
 	res := &Result{Duration: time.Since(start)}
 	con, _ := os.ReadFile(console)
 	res.Console = string(con)
