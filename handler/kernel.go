@@ -286,7 +286,7 @@ func (c *crash) minimalReport() *report.Report {
 func (c *crash) store(r *report.Report) int {
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		r.Handler.MaxRSSKiB = ru.Maxrss
+		r.Handler.MaxRSSKiB = int64(ru.Maxrss) // int32 on 32-bit ARM
 	}
 	z, err := report.Encode(r)
 	if err != nil {

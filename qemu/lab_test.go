@@ -97,6 +97,13 @@ func labArch(t *testing.T, arch string) {
 	}
 	fx := fixture.Build(t, arch)
 	work := t.TempDir()
+	if d := os.Getenv("UNWOUND_LAB_KEEP"); d != "" {
+		// Keep the guest's files (cores, reports, the host mirror) to
+		// look at a failure by hand.
+		work = filepath.Join(d, arch)
+		os.RemoveAll(work)
+		os.MkdirAll(work, 0o755)
+	}
 	r := NewInitramfs()
 	r.HostFile("/init", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
 	r.HostFile("/bin/unwound-handler", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
