@@ -102,8 +102,35 @@ def relocate(binary, sysroot):
         lm = l_next
 
 
-def oracle(binary=None, sysroot="/"):
-    if binary:
+def from_mappings(binary, sysroot):
+    """Some kernel cores (riscv64 with Sv57 addresses, under gdb 13) carry
+    NT_FILE, yet gdb neither relocates the PIE nor loads the libraries.
+    Place every file at the start of its offset-0 mapping, as NT_FILE says
+    (gdb's 'info proc mappings'): the first PT_LOAD of a PIE or shared
+    library is linked at 0."""
+    if "No shared libraries" not in gdb.execute("info sharedlibrary", to_string=True):
+        return False
+    placed = False
+    for line in gdb.execute("info proc mappings", to_string=True).splitlines():
+        f = line.split()
+        if len(f) != 5 or not f[0].startswith("0x") or int(f[3], 16) != 0:
+            continue
+        start, path = int(f[0], 16), f[4]
+        with open(binary, "rb") as fh:
+            pie = int.from_bytes(fh.read(18)[16:18], "little") == 3
+        if placed is False and path.endswith(binary.split("/")[-1]):
+            if pie:
+                gdb.execute("symbol-file -o 0x%x %s" % (start, binary), to_string=True)
+        else:
+            gdb.execute("add-symbol-file %s -o 0x%x" % (sysroot.rstrip("/") + path, start), to_string=True)
+        placed = True
+    return placed
+
+
+def oracle(binary=None, sysroot="/", mappings=False):
+    if mappings:
+        from_mappings(binary, sysroot)
+    elif binary:
         relocate(binary, sysroot)
     inf = gdb.selected_inferior()
     crashed = gdb.selected_thread()
