@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -210,9 +209,8 @@ func Parse(name string, text []byte) (*Config, error) {
 		// Type mismatches come as plain errors: "toml: line 3 (last key
 		// "handler.max_frames"): incompatible types: …".
 		e := &Error{Path: name, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
-		if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
-			e.Key, e.Msg = m[2], m[3]
+		if line, key, msg, ok := parseTypeErr(err.Error()); ok {
+			e.Line, e.Key, e.Msg = line, key, msg
 		}
 		return nil, e
 	}
@@ -279,7 +277,29 @@ func Salvage(text []byte) *Config {
 	return c
 }
 
-var typeErr = regexp.MustCompile(`line (\d+) \(last key "([^"]*)"\): (.*)`)
+// parseTypeErr splits `toml: line 3 (last key "handler.max_frames"): msg`
+// (no regexp: it would add a few hundred KiB to the handler).
+func parseTypeErr(s string) (line int, key, msg string, ok bool) {
+	i := strings.Index(s, "line ")
+	if i < 0 {
+		return 0, "", "", false
+	}
+	rest := s[i+len("line "):]
+	j := strings.Index(rest, ` (last key "`)
+	if j < 0 {
+		return 0, "", "", false
+	}
+	n, err := strconv.Atoi(rest[:j])
+	if err != nil {
+		return 0, "", "", false
+	}
+	rest = rest[j+len(` (last key "`):]
+	k := strings.Index(rest, `"): `)
+	if k < 0 {
+		return 0, "", "", false
+	}
+	return n, rest[:k], rest[k+len(`"): `):], true
+}
 
 type problem struct{ key, msg string }
 
