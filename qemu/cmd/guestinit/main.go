@@ -1,7 +1,7 @@
 // Command guestinit is PID 1 of the core lab's QEMU guests: it mounts the
 // kernel filesystems, runs /plan.json (set core_pattern, crash programs,
 // wait for the handler, ship files to the host over a virtio serial port),
-// prints the end marker and powers the machine off.
+// prints the end marker and reboots, which ends QEMU (-no-reboot).
 package main
 
 import (
@@ -21,7 +21,9 @@ func main() {
 	rc := run()
 	fmt.Printf("%s rc=%d\n", guest.Marker, rc)
 	syscall.Sync()
-	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
+	// QEMU runs with -no-reboot, so a reboot ends it on every machine;
+	// power-off needs ACPI on x86, which the minimal kernel leaves out.
+	syscall.Reboot(syscall.LINUX_REBOOT_CMD_RESTART)
 	for {
 		time.Sleep(time.Second)
 	}
