@@ -7,3 +7,8 @@ require (
 	github.com/klauspost/compress v1.18.0
 	golang.org/x/sys v0.30.0
 )
+
+require (
+	github.com/creack/goselect v0.1.2 // indirect
+	go.bug.st/serial v1.6.4 // indirect
+)
