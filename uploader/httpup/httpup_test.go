@@ -16,7 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
-	"github.com/unwound-dev/unwound/uploader/internal/testutil"
+	"github.com/unwound-dev/unwound/internal/testutil"
 )
 
 // server is a scripted receiver: it answers the first requests from
