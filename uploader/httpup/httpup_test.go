@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
-	"github.com/unwound-dev/unwound/internal/testutil"
 )
 
 // server is a scripted receiver: it answers the first requests from
