@@ -5,5 +5,8 @@ go 1.22
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/klauspost/compress v1.18.0
+	go.bug.st/serial v1.6.4
 	golang.org/x/sys v0.30.0
 )
+
+require github.com/creack/goselect v0.1.2 // indirect

@@ -2,6 +2,9 @@
 // boards queue and upload. See README.md.
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
+//	unwound receive --port DEV [--baud N] --out DIR [--count N] [--idle D]
+//	unwound serve [--listen ADDR] --out DIR [--token T]
+//	unwound undump [--out DIR] FILE|-
 package main
 
 import (
@@ -24,6 +27,12 @@ func main() {
 	switch os.Args[1] {
 	case "decode":
 		err = decode(os.Args[2:])
+	case "receive":
+		err = receive(os.Args[2:])
+	case "serve":
+		err = serve(os.Args[2:])
+	case "undump":
+		err = undump(os.Args[2:])
 	case "version", "--version":
 		fmt.Println("unwound", handler.Version)
 	case "help", "-h", "--help":
@@ -44,6 +53,11 @@ func usage() {
 
 commands:
   decode [--format json|text] FILE...   validate and print reports (.json.zst, .json, - for stdin)
+  receive --port DEV [--baud N] [--flow none|rtscts] --out DIR [--count N] [--idle D]
+                                        receive reports over a serial line
+  serve [--listen ADDR] --out DIR [--token T] [--tls-cert F --tls-key F]
+                                        receive reports over HTTP(S)
+  undump [--out DIR] FILE|-             turn 'unwound-uploader dump' text back into reports
   version                               print the version
 `)
 }

@@ -1,0 +1,169 @@
+// Command unwound-uploader drains the report queue to a receiver, over
+// HTTP or a serial port (config [upload] and [serial]), or prints it as
+// text for boards whose only UART is the console. Logs go to stderr.
+//
+//	unwound-uploader [--config PATH] [--transport http|serial] [--once]
+//	unwound-uploader [--config PATH] dump [--remove]
+//
+// Without --once it is a daemon: it drains at start, whenever a report
+// lands in the queue (inotify; polling every upload.interval without it),
+// and after a failure once the backoff or Retry-After has passed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/uploader"
+	"github.com/unwound-dev/unwound/uploader/armor"
+	"github.com/unwound-dev/unwound/uploader/serialproto"
+	"github.com/unwound-dev/unwound/uploader/serialup"
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("unwound-uploader: ")
+	os.Exit(run(os.Args[1:]))
+}
+
+func usage(fs *flag.FlagSet) func() {
+	return func() {
+		fmt.Fprint(os.Stderr, `usage: unwound-uploader [flags]            upload the queue (daemon, or --once)
+       unwound-uploader [flags] dump [--remove]   print the queue as text armor on stdout
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("unwound-uploader", flag.ContinueOnError)
+	cfgPath := fs.String("config", config.DefaultPath, "config `file`")
+	once := fs.Bool("once", false, "drain the queue and exit (cron, systemd timers); exit status 1 if reports remain")
+	transport := fs.String("transport", "", "override upload.transport: `http` or serial")
+	tries := fs.Int("tries", 3, "with --once: attempts before giving up")
+	version := fs.Bool("version", false, "print the version")
+	fs.Usage = usage(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *version {
+		fmt.Println("unwound-uploader", handler.Version)
+		return 0
+	}
+	cfg, err := config.LoadOrDefault(*cfgPath)
+	if err != nil {
+		log.Print(err)
+	}
+	q, err := queue.Open(cfg.Queue.Dir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile})
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	if fs.NArg() > 0 {
+		if fs.Arg(0) != "dump" {
+			log.Printf("unknown command %q", fs.Arg(0))
+			fs.Usage()
+			return 2
+		}
+		return dump(q, fs.Args()[1:])
+	}
+	if *transport != "" {
+		cfg.Upload.Transport = *transport
+	}
+	var t uploader.Transport
+	switch cfg.Upload.Transport {
+	case "serial":
+		t = serialup.New(serialup.Config{
+			Port: cfg.Serial.Port, Baud: cfg.Serial.Baud, Flow: cfg.Serial.FlowControl,
+			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv()},
+			Log:   log.Printf,
+		})
+	case "http":
+		t, err = newHTTP(cfg)
+		if err != nil {
+			log.Print(err)
+			return 1
+		}
+	default:
+		log.Printf("--transport %q: want http or serial", cfg.Upload.Transport)
+		return 2
+	}
+	defer t.Close()
+	u := &uploader.Uploader{Queue: q, Transport: t, DeviceID: cfg.DeviceID(), Log: log.Printf}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	interval := cfg.Upload.Interval.D()
+	maxWait := 10 * time.Minute
+	if interval < maxWait {
+		maxWait = interval
+	}
+	b := &uploader.Backoff{Min: time.Second, Max: maxWait}
+	if *once {
+		st, err := u.Once(ctx, *tries, b, time.Minute)
+		log.Printf("%d delivered, %d duplicates, %d quarantined, %d bytes", st.Delivered, st.Duplicates, st.Quarantined, st.Bytes)
+		if err != nil {
+			log.Print(err)
+			return 1
+		}
+		return 0
+	}
+	log.Printf("watching %s, transport %s", q.Dir(), cfg.Upload.Transport)
+	if err := u.Run(ctx, interval, b); err != nil && !errors.Is(err, context.Canceled) {
+		log.Print(err)
+		return 1
+	}
+	return 0
+}
+
+// rtoFromEnv lets tests shorten the serial resend timeout.
+func rtoFromEnv() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("UNWOUND_SERIAL_RTO"))
+	return d
+}
+
+func dump(q *queue.Queue, args []string) int {
+	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
+	remove := fs.Bool("remove", false, "delete each entry once printed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	es, err := q.List()
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	for _, e := range es {
+		data, err := q.Read(e.Name)
+		if err != nil {
+			log.Print(err)
+			continue
+		}
+		if err := armor.Write(os.Stdout, e.Name, data); err != nil {
+			log.Print(err)
+			return 1
+		}
+		if *remove {
+			os.Stdout.Sync()
+			if err := q.Remove(e.Name); err != nil {
+				log.Print(err)
+			}
+		}
+	}
+	log.Printf("%d reports printed", len(es))
+	return 0
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+// dirStore keeps received reports as DIR/<id>.json.zst, written
+// atomically, one per report id: receivers deduplicate (uploads are at
+// least once).
+type dirStore struct {
+	dir string
+	mu  sync.Mutex
+}
+
+func newDirStore(dir string) (*dirStore, error) {
+	if dir == "" {
+		return nil, errors.New("--out DIR is required")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &dirStore{dir: dir}, nil
+}
+
+func (s *dirStore) path(id string) string { return filepath.Join(s.dir, id+".json.zst") }
+
+func (s *dirStore) has(id string) bool {
+	_, err := os.Stat(s.path(id))
+	return err == nil
+}
+
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// put validates data (zstd or plain JSON) as a report and stores it.
+// wantID, when set, must be the report's id. It returns the report, whether
+// it was new, and a validation error (the sender's fault) or a local one.
+func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
+	r, derr := report.Decode(data)
+	if derr != nil {
+		return nil, false, derr, nil
+	}
+	if wantID != "" && wantID != r.ID {
+		return nil, false, fmt.Errorf("report id %s, but %s was announced", r.ID, wantID), nil
+	}
+	if !bytes.HasPrefix(data, zstdMagic) {
+		if data, err = report.Compress(data); err != nil {
+			return nil, false, nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.has(r.ID) {
+		return r, false, nil, nil
+	}
+	return r, true, nil, writeAtomic(s.path(r.ID), data)
+}
+
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func validID(id string) bool {
+	b, err := hex.DecodeString(id)
+	return err == nil && len(b) == 16
+}

@@ -1,0 +1,207 @@
+package serialproto
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"time"
+)
+
+// Store is what a Receiver does with reports.
+type Store interface {
+	// Has reports whether the report is already stored.
+	Has(id ID) bool
+	// Put stores a complete, checksummed report durably; it returns
+	// Stored, or Rejected with a reason (invalid report). An error is a
+	// local failure (disk full): the uploader will offer again.
+	Put(id ID, data []byte) (Status, string, error)
+}
+
+// ReceiverOptions tune a Receiver.
+type ReceiverOptions struct {
+	Window  int    // advertised (default 8)
+	Chunk   int    // advertised (default 512)
+	MaxSize uint32 // largest report accepted (default 16 MiB)
+	Name    string // sent in the hello
+	// Count stops Serve after this many reports were stored (0: never).
+	Count int
+	// Idle stops Serve after this long without a valid frame (0: never).
+	Idle time.Duration
+	// Log, when set, receives one line per event.
+	Log func(format string, args ...any)
+}
+
+// Receiver is the host's end: it answers hellos, offers and data.
+type Receiver struct {
+	c     *Conn
+	st    Store
+	opt   ReceiverOptions
+	parts map[ID]*partial
+	cur   *partial // the transfer data frames belong to
+	// Stored counts reports stored by this receiver; Dups the offers of
+	// reports it already had.
+	Stored, Dups int
+}
+
+type partial struct {
+	offer   Offer
+	xfer    uint32
+	buf     []byte
+	lastNak uint32
+	naked   bool
+}
+
+// NewReceiver answers on c and keeps reports in st.
+func NewReceiver(c *Conn, st Store, opt ReceiverOptions) *Receiver {
+	if opt.Window <= 0 {
+		opt.Window = 8
+	}
+	if opt.Chunk <= 0 {
+		opt.Chunk = 512
+	}
+	if opt.MaxSize == 0 {
+		opt.MaxSize = 16 << 20
+	}
+	if opt.Log == nil {
+		opt.Log = func(string, ...any) {}
+	}
+	return &Receiver{c: c, st: st, opt: opt, parts: map[ID]*partial{}}
+}
+
+// ErrIdle is returned by Serve when Idle passed without a frame.
+var ErrIdle = errors.New("idle timeout")
+
+// Serve answers until ctx ends, the stream fails, Count reports were
+// stored (nil) or Idle passed (ErrIdle).
+func (r *Receiver) Serve(ctx context.Context) error {
+	var idle <-chan time.Time
+	var t *time.Timer
+	if r.opt.Idle > 0 {
+		t = time.NewTimer(r.opt.Idle)
+		defer t.Stop()
+		idle = t.C
+	}
+	for {
+		select {
+		case f, ok := <-r.c.Frames():
+			if !ok {
+				return r.c.Err()
+			}
+			if t != nil {
+				if !t.Stop() {
+					<-t.C
+				}
+				t.Reset(r.opt.Idle)
+			}
+			if err := r.handle(f); err != nil {
+				return err
+			}
+			if r.opt.Count > 0 && r.Stored >= r.opt.Count {
+				return nil
+			}
+		case <-idle:
+			return ErrIdle
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *Receiver) reply(t Type, rp Reply) error {
+	_, err := r.c.Send(t, rp.Encode())
+	return err
+}
+
+func (r *Receiver) handle(f Frame) error {
+	switch f.Type {
+	case THello:
+		h, err := ParseHello(f.Payload)
+		if err != nil || h.Role != RoleUploader {
+			return nil // our own echo, or garbage
+		}
+		r.opt.Log("hello from %q (window %d, chunk %d)", h.Name, h.Window, h.Chunk)
+		_, err = r.c.Send(THello, Hello{Role: RoleReceiver, Window: uint8(r.opt.Window), Chunk: uint16(r.opt.Chunk), Echo: f.Seq, Name: r.opt.Name}.Encode())
+		return err
+	case TOffer:
+		o, err := ParseOffer(f.Payload)
+		if err != nil {
+			return nil
+		}
+		if r.st.Has(o.ID) {
+			r.Dups++
+			delete(r.parts, o.ID)
+			r.opt.Log("offer %v: duplicate", o.ID)
+			return r.reply(TDone, Reply{ID: o.ID, Offset: o.Size, Status: Duplicate})
+		}
+		if o.Size > r.opt.MaxSize {
+			r.opt.Log("offer %v: %d bytes, too large", o.ID, o.Size)
+			return r.reply(TDone, Reply{ID: o.ID, Status: Rejected, Reason: "report too large"})
+		}
+		p := r.parts[o.ID]
+		if p == nil || p.offer != o {
+			p = &partial{offer: o, buf: make([]byte, 0, o.Size)}
+			r.parts[o.ID] = p
+		}
+		p.xfer, p.naked = f.Seq, false
+		r.cur = p
+		r.opt.Log("offer %v: %d bytes, have %d", o.ID, o.Size, len(p.buf))
+		if uint32(len(p.buf)) == o.Size {
+			return r.complete(p)
+		}
+		return r.reply(TAck, Reply{ID: o.ID, Offset: uint32(len(p.buf))})
+	case TData:
+		d, err := ParseData(f.Payload)
+		p := r.cur
+		if err != nil || p == nil || d.Xfer != p.xfer {
+			return nil // stale: from an earlier offer
+		}
+		have := uint32(len(p.buf))
+		switch {
+		case d.Offset == have:
+			if uint64(have)+uint64(len(d.Bytes)) > uint64(p.offer.Size) {
+				return nil
+			}
+			p.buf = append(p.buf, d.Bytes...)
+			p.naked = false
+			if uint32(len(p.buf)) == p.offer.Size {
+				return r.complete(p)
+			}
+			return r.reply(TAck, Reply{ID: p.offer.ID, Offset: uint32(len(p.buf))})
+		case d.Offset < have:
+			return r.reply(TAck, Reply{ID: p.offer.ID, Offset: have})
+		default: // a gap: one nak per offset
+			if p.naked && p.lastNak == have {
+				return nil
+			}
+			p.naked, p.lastNak = true, have
+			return r.reply(TNak, Reply{ID: p.offer.ID, Offset: have})
+		}
+	}
+	return nil
+}
+
+func (r *Receiver) complete(p *partial) error {
+	id := p.offer.ID
+	sum := sha256.Sum256(p.buf)
+	if !bytes.Equal(sum[:], p.offer.SHA256[:]) {
+		r.opt.Log("report %v: sha256 mismatch, starting over", id)
+		p.buf = p.buf[:0]
+		return r.reply(TNak, Reply{ID: id, Offset: 0, Reason: "sha256 mismatch"})
+	}
+	status, reason, err := r.st.Put(id, p.buf)
+	if err != nil {
+		// Keep the bytes: the uploader offers again and we retry.
+		r.opt.Log("report %v: storing: %v", id, err)
+		return nil
+	}
+	delete(r.parts, id)
+	if r.cur == p {
+		r.cur = nil
+	}
+	if status == Stored {
+		r.Stored++
+	}
+	r.opt.Log("report %v: %v %s", id, status, reason)
+	return r.reply(TDone, Reply{ID: id, Offset: p.offer.Size, Status: status, Reason: reason})
+}

@@ -1,0 +1,142 @@
+// Package serialup is the uploader's serial transport: go.bug.st/serial in
+// raw mode (no echo, no line discipline, no XON/XOFF), optional RTS/CTS,
+// and the serialproto protocol. It does not import net/http.
+package serialup
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"go.bug.st/serial"
+	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/uploader"
+	"github.com/unwound-dev/unwound/uploader/serialproto"
+)
+
+// Open opens a serial port raw at baud; flow is "none" or "rtscts".
+func Open(path string, baud int, flow string) (serial.Port, error) {
+	// go.bug.st/serial always clears CRTSCTS; set it afterwards through a
+	// descriptor opened before the port takes TIOCEXCL (termios belongs to
+	// the tty, not to the descriptor).
+	var side *os.File
+	if flow == "rtscts" {
+		f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, err
+		}
+		side = f
+		defer side.Close()
+	} else if flow != "" && flow != "none" {
+		return nil, fmt.Errorf("flow control %q: want none or rtscts", flow)
+	}
+	p, err := serial.Open(path, &serial.Mode{BaudRate: baud, DataBits: 8, Parity: serial.NoParity, StopBits: serial.OneStopBit})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if side != nil {
+		t, err := unix.IoctlGetTermios(int(side.Fd()), unix.TCGETS)
+		if err == nil {
+			t.Cflag |= unix.CRTSCTS
+			err = unix.IoctlSetTermios(int(side.Fd()), unix.TCSETS, t)
+		}
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("%s: setting RTS/CTS: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+// Config of the transport.
+type Config struct {
+	Port  string
+	Baud  int
+	Flow  string
+	Proto serialproto.Options
+	Log   func(format string, args ...any)
+}
+
+// Transport sends reports over a serial port. The port is opened on the
+// first Send and after any failure (a cut link, a reset receiver).
+type Transport struct {
+	cfg  Config
+	port serial.Port
+	conn *serialproto.Conn
+	snd  *serialproto.Sender
+}
+
+// New returns a transport; nothing is opened yet.
+func New(cfg Config) *Transport {
+	if cfg.Proto.Baud == 0 {
+		cfg.Proto.Baud = cfg.Baud
+	}
+	return &Transport{cfg: cfg}
+}
+
+func (t *Transport) logf(format string, args ...any) {
+	if t.cfg.Log != nil {
+		t.cfg.Log(format, args...)
+	}
+}
+
+func (t *Transport) connect(ctx context.Context) error {
+	p, err := Open(t.cfg.Port, t.cfg.Baud, t.cfg.Flow)
+	if err != nil {
+		return err
+	}
+	t.port = p
+	t.conn = serialproto.NewConn(p)
+	t.snd = serialproto.NewSender(t.conn, t.cfg.Proto)
+	if err := t.snd.Handshake(ctx); err != nil {
+		t.Close()
+		return fmt.Errorf("%s: %w", t.cfg.Port, err)
+	}
+	peer := t.snd.Peer()
+	t.logf("%s: receiver %q answered (window %d, chunk %d)", t.cfg.Port, peer.Name, peer.Window, peer.Chunk)
+	return nil
+}
+
+// Send implements uploader.Transport.
+func (t *Transport) Send(ctx context.Context, it uploader.Item) (uploader.Result, error) {
+	var id serialproto.ID
+	if b, err := hex.DecodeString(it.ID); err != nil || len(b) != len(id) {
+		return uploader.Result{Outcome: uploader.Rejected, Reason: "report id is not 32 hex digits"}, nil
+	}
+	hex.Decode(id[:], []byte(it.ID))
+	if t.snd == nil {
+		if err := t.connect(ctx); err != nil {
+			return uploader.Result{}, err
+		}
+	}
+	st, err := t.snd.Send(ctx, id, it.Data)
+	if err != nil {
+		t.Close() // reopen next time: a cut link, a receiver restarted
+		return uploader.Result{}, err
+	}
+	if t.snd.Resent > 0 {
+		t.logf("%s: %d data frames resent", it.Name, t.snd.Resent)
+	}
+	switch st {
+	case serialproto.Stored:
+		return uploader.Result{Outcome: uploader.Delivered}, nil
+	case serialproto.Duplicate:
+		return uploader.Result{Outcome: uploader.Duplicate}, nil
+	case serialproto.Rejected:
+		return uploader.Result{Outcome: uploader.Rejected, Reason: "receiver rejected the report"}, nil
+	}
+	return uploader.Result{}, errors.New("receiver sent an unknown status")
+}
+
+// Close closes the port.
+func (t *Transport) Close() error {
+	var err error
+	if t.port != nil {
+		err = t.port.Close()
+	}
+	t.port, t.conn, t.snd = nil, nil, nil
+	return err
+}
