@@ -150,23 +150,24 @@ ifneq ($(INITSCRIPT),)
 endif
 endif
 
-# make dist [VERSION=x.y]: dist/unwound-$(VERSION).tar.gz, the source tree
+# make dist [VERSION=x.y] [DISTDIR=dist]: $(DISTDIR)/unwound-$(VERSION).tar.gz, the source tree
 # (tracked files as they are in the work tree) with vendor/, so it builds with
 # -mod=vendor and no network (what the Yocto and Buildroot packages use).
 # Reproducible: sorted, owner 0, mtime of the last commit, gzip -n.
 DIST_NAME := unwound-$(VERSION)
+DISTDIR   ?= dist
 
 dist:
 	@git rev-parse --git-dir >/dev/null 2>&1 || { echo "make dist: needs a git work tree" >&2; exit 1; }
 	rm -rf build/dist/$(DIST_NAME)
-	mkdir -p build/dist dist
+	mkdir -p build/dist $(DISTDIR)
 	tree=$$(git stash create); git archive --format=tar --prefix=$(DIST_NAME)/ $${tree:-HEAD} | tar -x -C build/dist
 	echo '$(VERSION)' > build/dist/$(DIST_NAME)/VERSION
 	$(GO) mod vendor -o build/dist/$(DIST_NAME)/vendor
 	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct) \
-		-C build/dist -cf - $(DIST_NAME) | gzip -n -9 > dist/$(DIST_NAME).tar.gz
+		-C build/dist -cf - $(DIST_NAME) | gzip -n -9 > $(DISTDIR)/$(DIST_NAME).tar.gz
 	rm -rf build/dist/$(DIST_NAME)
-	@echo "dist/$(DIST_NAME).tar.gz"
+	@echo "$(DISTDIR)/$(DIST_NAME).tar.gz"
 
 clean:
 	rm -rf dist
