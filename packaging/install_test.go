@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/unwound-dev/unwound/handler/config"
 )
@@ -249,8 +250,25 @@ func checkInitScript(t *testing.T, dest string) {
 				t.Errorf("%s: init script wrote %q (%v), want %q", file, b, err, want)
 			}
 		}
+		pidfile := filepath.Join(fake, "unwound-uploader.pid")
+		if _, err := os.Stat(filepath.Join(dest, "usr/bin/unwound-uploader")); err == nil {
+			// start-stop-daemon -b returns before its child has exec'd the
+			// uploader; -K matches on /proc/PID/exe, so wait for the exec.
+			b, err := os.ReadFile(pidfile)
+			exe := ""
+			for i := 0; err == nil && i < 100 && exe != filepath.Join(dest, "usr/bin/unwound-uploader"); i++ {
+				time.Sleep(20 * time.Millisecond)
+				exe, _ = os.Readlink("/proc/" + strings.TrimSpace(string(b)) + "/exe")
+			}
+			if exe != filepath.Join(dest, "usr/bin/unwound-uploader") {
+				t.Errorf("%s init script start: uploader not running (pid file %q, %v, exe %q)", sh[0], b, err, exe)
+			}
+		}
 		if out, err := exec.Command(sh[0], append(sh[1:], path, "stop")...).CombinedOutput(); err != nil {
 			t.Errorf("%s init script stop: %v\n%s", sh[0], err, out)
+		}
+		if _, err := os.Stat(pidfile); err == nil {
+			t.Errorf("%s init script stop left %s", sh[0], pidfile)
 		}
 	}
 	if ran == 0 {
@@ -389,8 +407,16 @@ func TestInstallPrebuiltWithUploader(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	if err := os.WriteFile(filepath.Join(bin, "unwound-uploader"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+	// A real binary, not a script: start-stop-daemon -K matches /proc/PID/exe.
+	stand := t.TempDir()
+	if err := os.WriteFile(filepath.Join(stand, "main.go"), []byte("package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Minute) }\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	build = exec.Command("go", "build", "-o", filepath.Join(bin, "unwound-uploader"), "main.go")
+	build.Dir = stand
+	build.Env = append(os.Environ(), "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build stand-in uploader: %v\n%s", err, out)
 	}
 	for _, init := range []string{"systemd", "sysvinit"} {
 		t.Run(init, func(t *testing.T) {
