@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"bytes"
+	"debug/elf"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
 )
 
@@ -444,5 +446,32 @@ func TestInstallPrebuiltWithUploader(t *testing.T) {
 				checkInitScript(t, dest)
 			}
 		})
+	}
+}
+
+// TestInstallCross installs for another GOARCH: the board binaries are built
+// for it, static, while the core_pattern generator still runs on the host.
+func TestInstallCross(t *testing.T) {
+	dest := shortTemp(t)
+	out, err := makeIn(t, repoRoot(t), nil, "install", "DESTDIR="+dest, "INIT=systemd", "GOOS=linux", "GOARCH=arm64")
+	if err != nil {
+		t.Fatalf("make install GOARCH=arm64: %v\n%s", err, out)
+	}
+	f, err := elf.Open(filepath.Join(dest, "usr/bin/unwound-handler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_AARCH64 {
+		t.Errorf("installed handler is %v, want EM_AARCH64", f.Machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("installed handler is dynamically linked")
+		}
+	}
+	kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf"))
+	if want := "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml " + handler.PatternSpecifiers; kv["kernel.core_pattern"] != want {
+		t.Errorf("core_pattern = %q, want %q", kv["kernel.core_pattern"], want)
 	}
 }
