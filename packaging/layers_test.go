@@ -586,6 +586,9 @@ func TestBuildrootPackage(t *testing.T) {
 	if !strings.Contains(mk, "$(UNWOUND_PKGDIR)/"+name) || !strings.Contains(mk, "/etc/init.d/"+name) || !strings.Contains(mk, "define UNWOUND_INSTALL_INIT_SYSV") {
 		t.Errorf("unwound.mk does not install %s in UNWOUND_INSTALL_INIT_SYSV", name)
 	}
+	if !regexp.MustCompile(`(?s)define UNWOUND_INSTALL_INIT_SYSTEMD\n.*enable unwound-uploader\.service.*system-preset/50-unwound\.preset\nendef`).MatchString(mk) {
+		t.Error("unwound.mk does not install a preset enabling unwound-uploader.service")
+	}
 	tmpl := readRepo(t, "packaging/sysvinit/unwound.in")
 	r := strings.NewReplacer("@BINDIR@", "/usr/bin", "@CONFIG@", "/etc/unwound/unwound.toml",
 		"@QUEUE_DIR@", defaultQueueDir(t), "@CORE_PIPE_LIMIT@", "4")

@@ -56,4 +56,12 @@ define UNWOUND_INSTALL_INIT_SYSV
 		$(TARGET_DIR)/etc/init.d/S50unwound
 endef
 
+# Buildroot enables systemd units with `systemctl preset-all` when it makes
+# the image; this preset sorts before the catch-all ones.
+define UNWOUND_INSTALL_INIT_SYSTEMD
+	mkdir -p $(TARGET_DIR)/usr/lib/systemd/system-preset
+	echo "enable unwound-uploader.service" \
+		> $(TARGET_DIR)/usr/lib/systemd/system-preset/50-unwound.preset
+endef
+
 $(eval $(golang-package))
