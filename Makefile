@@ -13,7 +13,9 @@ PREFIX    ?= /usr
 SYSCONFDIR?= /etc
 DESTDIR   ?=
 QUEUE_DIR ?= /var/lib/unwound/queue
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A release tarball (make dist) carries its version in VERSION: never ask git
+# there, which would describe whatever repository the tarball sits in.
+VERSION   ?= $(shell cat VERSION 2>/dev/null || git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO122     ?= go1.22.12
 
 export CGO_ENABLED = 0
@@ -25,7 +27,7 @@ HOST_CMDS  := unwound
 # GOARCH[/GOARM] for every board target.
 CROSS := arm/5 arm/6 arm/7 arm64 riscv64 amd64
 
-.PHONY: all build cross unit test test-go122 bench size install deps demo test-host vet clean
+.PHONY: all build cross unit test test-go122 bench size install dist deps demo test-host vet clean
 
 all: build
 
@@ -76,11 +78,96 @@ test-host: deps
 demo: deps
 	$(GO) run ./qemu/cmd/demo
 
+# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none
+# Board binaries (built here, static, for GOOS/GOARCH, or copied from
+# PREBUILT=dir when a build system compiled them), the configuration, the
+# queue directory (0700), and what points kernel.core_pattern at the handler
+# at boot: for systemd a sysctl.d file sorting after systemd's
+# 50-coredump.conf plus the uploader units; for sysvinit an init script plus
+# the same file in /etc/sysctl.d (Buildroot's S02sysctl applies it). The
+# core_pattern line comes from handler.CorePattern, the code behind
+# `unwound-handler --core-pattern`, run on the build host.
+INIT            ?= none
+INITSCRIPT      ?= unwound
+CORE_PIPE_LIMIT ?= 4
+PREBUILT        ?=
+BINDIR          := $(PREFIX)/bin
+CONFIG          := $(SYSCONFDIR)/unwound/unwound.toml
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCTLDIR       ?= $(if $(filter systemd,$(INIT)),$(PREFIX)/lib/sysctl.d,$(SYSCONFDIR)/sysctl.d)
+INITDIR         ?= $(SYSCONFDIR)/init.d
+# The generator runs on the build host even when GOOS/GOARCH name the board.
+HOST_GO          = GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) GOARM= $(GO)
+SUBST            = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@CONFIG@|$(CONFIG)|g' \
+		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g'
+
 install:
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/unwound
-	$(GOBUILD) -o $(DESTDIR)$(PREFIX)/bin/ $(addprefix ./cmd/,$(BOARD_CMDS))
-	install -m 0644 configs/unwound.toml $(DESTDIR)$(SYSCONFDIR)/unwound/unwound.toml
+	@case "$(INIT)" in systemd|sysvinit|none) ;; \
+	*) echo "make install: INIT=$(INIT): use INIT=systemd, INIT=sysvinit or INIT=none" >&2; exit 2;; esac
+	@for p in "$(PREFIX)" "$(SYSCONFDIR)" "$(QUEUE_DIR)"; do \
+		case "$$p" in /*) ;; *) echo "make install: '$$p' must be an absolute path" >&2; exit 2;; esac; \
+		case "$$p" in *[\ \|\#\"%]*) echo "make install: '$$p' must contain no space, |, #, \" or %" >&2; exit 2;; esac; \
+	done
+	@mkdir -p build/install
+	@$(HOST_GO) run ./packaging/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) > build/install/core_pattern || { \
+		echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1; }
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/unwound
+ifeq ($(PREBUILT),)
+	$(GOBUILD) -o $(DESTDIR)$(BINDIR)/ $(addprefix ./cmd/,$(BOARD_CMDS))
+else
+	install -m 0755 $(addprefix $(PREBUILT)/,$(BOARD_CMDS)) $(DESTDIR)$(BINDIR)/
+endif
+	sed 's|^dir = "/var/lib/unwound/queue"$$|dir = "$(QUEUE_DIR)"|' configs/unwound.toml > build/install/unwound.toml
+	@grep -qx 'dir = "$(QUEUE_DIR)"' build/install/unwound.toml || { echo "make install: configs/unwound.toml has no [queue] dir line to set" >&2; exit 1; }
+	install -m 0644 build/install/unwound.toml $(DESTDIR)$(CONFIG)
 	install -d -m 0700 $(DESTDIR)$(QUEUE_DIR)
+ifneq ($(INIT),none)
+	{ echo '# unwound: crash reports from unwound-handler (make install INIT=$(INIT)).'; \
+	  echo '# Sorts after systemd'"'"'s 50-coredump.conf, so this core_pattern wins.'; \
+	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --core-pattern` prints.'; \
+	  echo "kernel.core_pattern = $$(cat build/install/core_pattern)"; \
+	  echo '# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to'; \
+	  echo '# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.'; \
+	  echo 'kernel.core_pipe_limit = $(CORE_PIPE_LIMIT)'; \
+	  echo '# 2: also dump processes that changed credentials (daemons dropping root,'; \
+	  echo '# setuid programs); the handler runs as root and keeps no memory.'; \
+	  echo 'fs.suid_dumpable = 2'; } > build/install/60-unwound.conf
+	install -d $(DESTDIR)$(SYSCTLDIR)
+	install -m 0644 build/install/60-unwound.conf $(DESTDIR)$(SYSCTLDIR)/60-unwound.conf
+endif
+ifeq ($(INIT)$(filter unwound-uploader,$(BOARD_CMDS)),systemdunwound-uploader)
+	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
+	$(SUBST) packaging/systemd/unwound-uploader.service.in > build/install/unwound-uploader.service
+	$(SUBST) packaging/systemd/unwound-upload-once.service.in > build/install/unwound-upload-once.service
+	install -m 0644 build/install/unwound-uploader.service build/install/unwound-upload-once.service \
+		packaging/systemd/unwound-upload-once.timer $(DESTDIR)$(SYSTEMD_UNITDIR)/
+endif
+ifeq ($(INIT),sysvinit)
+ifneq ($(INITSCRIPT),)
+	install -d $(DESTDIR)$(INITDIR)
+	$(SUBST) packaging/sysvinit/unwound.in > build/install/unwound.init
+	install -m 0755 build/install/unwound.init $(DESTDIR)$(INITDIR)/$(INITSCRIPT)
+endif
+endif
+
+# make dist [VERSION=x.y] [DISTDIR=dist]: $(DISTDIR)/unwound-$(VERSION).tar.gz, the source tree
+# (tracked files as they are in the work tree) with vendor/, so it builds with
+# -mod=vendor and no network (what the Yocto and Buildroot packages use).
+# Reproducible: sorted, owner 0, mtime of the last commit, gzip -n.
+DIST_NAME := unwound-$(VERSION)
+DISTDIR   ?= dist
+
+dist:
+	@git rev-parse --git-dir >/dev/null 2>&1 || { echo "make dist: needs a git work tree" >&2; exit 1; }
+	rm -rf build/dist/$(DIST_NAME)
+	mkdir -p build/dist $(DISTDIR)
+	tree=$$(git stash create); git archive --format=tar --prefix=$(DIST_NAME)/ $${tree:-HEAD} | tar -x -C build/dist
+	echo '$(VERSION)' > build/dist/$(DIST_NAME)/VERSION
+	$(GO) mod vendor -o build/dist/$(DIST_NAME)/vendor
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct) \
+		-C build/dist -cf - $(DIST_NAME) | gzip -n -9 > $(DISTDIR)/$(DIST_NAME).tar.gz
+	rm -rf build/dist/$(DIST_NAME)
+	@echo "$(DISTDIR)/$(DIST_NAME).tar.gz"
 
 clean:
 	rm -rf dist

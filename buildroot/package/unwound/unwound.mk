@@ -1,0 +1,67 @@
+################################################################################
+#
+# unwound
+#
+################################################################################
+
+UNWOUND_VERSION = 0.1
+UNWOUND_SITE = https://github.com/unwound-dev/unwound/releases/download/v$(UNWOUND_VERSION)
+UNWOUND_SOURCE = unwound-$(UNWOUND_VERSION).tar.gz
+UNWOUND_LICENSE = Apache-2.0, BSD-3-Clause, MIT
+UNWOUND_LICENSE_FILES = \
+	LICENSE \
+	vendor/github.com/BurntSushi/toml/COPYING \
+	vendor/github.com/klauspost/compress/LICENSE \
+	vendor/github.com/klauspost/compress/internal/snapref/LICENSE \
+	vendor/github.com/klauspost/compress/zstd/internal/xxhash/LICENSE.txt \
+	vendor/golang.org/x/sys/LICENSE
+
+# The release tarball (make dist) already carries vendor/: Buildroot's go
+# download post-processing leaves it as it is, and nothing is fetched later.
+UNWOUND_GOMOD = github.com/unwound-dev/unwound
+UNWOUND_BUILD_TARGETS = cmd/unwound-handler cmd/unwound-uploader
+
+# Static binaries, whatever the toolchain: no cgo.
+UNWOUND_GO_ENV = CGO_ENABLED=0
+UNWOUND_LDFLAGS = -X github.com/unwound-dev/unwound/handler.Version=$(UNWOUND_VERSION)
+
+ifeq ($(BR2_INIT_SYSTEMD),y)
+UNWOUND_INIT = systemd
+else ifeq ($(BR2_INIT_BUSYBOX)$(BR2_INIT_SYSV),y)
+UNWOUND_INIT = sysvinit
+else
+UNWOUND_INIT = none
+endif
+
+# The repository's own make install lays out the target: the binaries built
+# above (PREBUILT), the configuration, the queue directory and
+# 60-unwound.conf, whose core_pattern line is computed on the host by
+# handler.CorePattern. The init script comes from this directory
+# (UNWOUND_INSTALL_INIT_SYSV), so make install is told not to install one.
+define UNWOUND_INSTALL_TARGET_CMDS
+	$(HOST_GO_HOST_ENV) $(MAKE) -C $(@D) install \
+		GO=$(GO_BIN) \
+		DESTDIR=$(TARGET_DIR) \
+		PREFIX=/usr \
+		SYSCONFDIR=/etc \
+		QUEUE_DIR=$(call qstrip,$(BR2_PACKAGE_UNWOUND_QUEUE_DIR)) \
+		INIT=$(UNWOUND_INIT) \
+		INITSCRIPT= \
+		PREBUILT=$(@D)/bin \
+		BOARD_CMDS="unwound-handler unwound-uploader"
+endef
+
+define UNWOUND_INSTALL_INIT_SYSV
+	$(INSTALL) -D -m 0755 $(UNWOUND_PKGDIR)/S50unwound \
+		$(TARGET_DIR)/etc/init.d/S50unwound
+endef
+
+# Buildroot enables systemd units with `systemctl preset-all` when it makes
+# the image; this preset sorts before the catch-all ones.
+define UNWOUND_INSTALL_INIT_SYSTEMD
+	mkdir -p $(TARGET_DIR)/usr/lib/systemd/system-preset
+	echo "enable unwound-uploader.service" \
+		> $(TARGET_DIR)/usr/lib/systemd/system-preset/50-unwound.preset
+endef
+
+$(eval $(golang-package))

@@ -1,0 +1,598 @@
+package packaging
+
+import (
+	"bufio"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/unwound-dev/unwound/handler/config"
+)
+
+// The Yocto layer and the Buildroot tree cannot be built here (no bitbake,
+// no Buildroot); these tests lint what can be checked without them: the
+// variables each system reads, the files they name, the make install
+// variables they pass, and the licence checksums against a fresh
+// `go mod vendor`, the same tree `make dist` puts in the release tarball.
+
+var (
+	vendorOnce sync.Once
+	vendorDir  string
+	vendorErr  error
+)
+
+// freshVendor runs `go mod vendor` into a temporary directory once per run.
+func freshVendor(t *testing.T) string {
+	t.Helper()
+	vendorOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "unwound-vendor")
+		if err != nil {
+			vendorErr = err
+			return
+		}
+		vendorDir = filepath.Join(dir, "vendor")
+		cmd := exec.Command("go", "mod", "vendor", "-o", vendorDir)
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			vendorErr = &exec.ExitError{Stderr: out}
+		}
+	})
+	if vendorErr != nil {
+		t.Fatalf("go mod vendor: %v %s", vendorErr, vendorErr.(*exec.ExitError).Stderr)
+	}
+	return vendorDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if vendorDir != "" {
+		os.RemoveAll(filepath.Dir(vendorDir))
+	}
+	os.Exit(code)
+}
+
+// vendorLicences lists the licence files of the vendored modules, relative
+// to the source tree ("vendor/...").
+func vendorLicences(t *testing.T) []string {
+	t.Helper()
+	vendor := freshVendor(t)
+	var files []string
+	err := filepath.Walk(vendor, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		name := strings.ToUpper(info.Name())
+		if strings.HasPrefix(name, "LICENSE") || strings.HasPrefix(name, "LICENCE") || strings.HasPrefix(name, "COPYING") {
+			rel, _ := filepath.Rel(filepath.Dir(vendor), p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		t.Fatal("no licence file in the vendored modules")
+	}
+	return files
+}
+
+// sourceFile reads a file of the release tree: vendor/ from the fresh
+// vendor directory, the rest from the repository.
+func sourceFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), rel)
+	if strings.HasPrefix(rel, "vendor/") {
+		p = filepath.Join(filepath.Dir(freshVendor(t)), rel)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("release tree file: %v", err)
+	}
+	return b
+}
+
+func readRepo(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// logicalLines joins backslash continuations and drops comments and blanks.
+func logicalLines(text string) []string {
+	var out []string
+	cur := ""
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		if cur == "" && strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		if strings.HasSuffix(line, "\\") {
+			cur += strings.TrimSuffix(line, "\\") + " "
+			continue
+		}
+		cur += line
+		if strings.TrimSpace(cur) != "" {
+			out = append(out, cur)
+		}
+		cur = ""
+	}
+	return out
+}
+
+var bbAssign = regexp.MustCompile(`^(?:export\s+)?([A-Za-z0-9_\-:${}\[\]\.]+)\s*(\?\?=|\?=|\+=|\.=|=\+|=\.|:=|=)\s*"(.*)"\s*$`)
+
+// bbVars parses BitBake assignments; += and .= append, so values are joined.
+func bbVars(t *testing.T, text string) map[string]string {
+	t.Helper()
+	vars := map[string]string{}
+	for _, l := range logicalLines(text) {
+		m := bbAssign.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		v := strings.Join(strings.Fields(m[3]), " ")
+		switch m[2] {
+		case "+=", ".=":
+			vars[m[1]] = strings.TrimSpace(vars[m[1]] + " " + v)
+		default:
+			vars[m[1]] = v
+		}
+	}
+	return vars
+}
+
+var mkAssign = regexp.MustCompile(`^([A-Z0-9_]+)\s*(\+=|\?=|:=|=)\s*(.*)$`)
+
+// mkVars parses make assignments at the start of a line (not inside define).
+func mkVars(text string) map[string]string {
+	vars := map[string]string{}
+	inDefine := false
+	for _, l := range logicalLines(text) {
+		switch {
+		case strings.HasPrefix(l, "define "):
+			inDefine = true
+		case strings.HasPrefix(l, "endef"):
+			inDefine = false
+		}
+		if inDefine {
+			continue
+		}
+		if m := mkAssign.FindStringSubmatch(l); m != nil {
+			v := strings.Join(strings.Fields(m[3]), " ")
+			if m[2] == "+=" {
+				v = strings.TrimSpace(vars[m[1]] + " " + v)
+			}
+			vars[m[1]] = v
+		}
+	}
+	return vars
+}
+
+// makeInstallArgs returns the VAR=value arguments of the `... install`
+// invocation in a recipe or .mk text.
+func makeInstallArgs(t *testing.T, text string) map[string]string {
+	t.Helper()
+	for _, l := range logicalLines(text) {
+		if !regexp.MustCompile(`(make|MAKE\)|oe_runmake)\s.*\binstall\b`).MatchString(l) {
+			continue
+		}
+		args := map[string]string{}
+		for _, m := range regexp.MustCompile(`\b([A-Z_][A-Z0-9_]*)=("[^"]*"|\S*)`).FindAllStringSubmatch(l, -1) {
+			args[m[1]] = strings.Trim(m[2], `"`)
+		}
+		return args
+	}
+	t.Fatal("no make install invocation")
+	return nil
+}
+
+// checkMakeVars fails for a variable passed to make install that the
+// Makefile does not define (a typo would be silently ignored by make).
+func checkMakeVars(t *testing.T, args map[string]string) {
+	t.Helper()
+	makefile := readRepo(t, "Makefile")
+	for name := range args {
+		if !regexp.MustCompile(`(?m)^` + name + `\s*(\?|:)?=`).MatchString(makefile) {
+			t.Errorf("make install %s=: the Makefile has no variable %s", name, name)
+		}
+	}
+	for _, need := range []string{"DESTDIR", "PREFIX", "SYSCONFDIR", "QUEUE_DIR", "INIT", "PREBUILT"} {
+		if _, ok := args[need]; !ok {
+			t.Errorf("make install is not given %s", need)
+		}
+	}
+}
+
+func modulePath(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^module\s+(\S+)`).FindStringSubmatch(readRepo(t, "go.mod"))
+	if m == nil {
+		t.Fatal("go.mod: no module line")
+	}
+	return m[1]
+}
+
+func defaultQueueDir(t *testing.T) string {
+	return config.Default().Queue.Dir
+}
+
+func TestYoctoLayer(t *testing.T) {
+	root := repoRoot(t)
+	layer := bbVars(t, readRepo(t, "recipes/conf/layer.conf"))
+	want := map[string]string{
+		"BBFILE_PATTERN_unwound":     "^${LAYERDIR}/",
+		"LAYERSERIES_COMPAT_unwound": "scarthgap styhead walnascar whinlatter wrynose",
+		"LAYERDEPENDS_unwound":       "core",
+	}
+	for k, v := range want {
+		if layer[k] != v {
+			t.Errorf("layer.conf %s = %q, want %q", k, layer[k], v)
+		}
+	}
+	if layer["BBFILE_COLLECTIONS"] != "unwound" {
+		t.Errorf("BBFILE_COLLECTIONS = %q", layer["BBFILE_COLLECTIONS"])
+	}
+	if p, err := strconv.Atoi(layer["BBFILE_PRIORITY_unwound"]); err != nil || p < 1 || p > 99 {
+		t.Errorf("BBFILE_PRIORITY_unwound = %q", layer["BBFILE_PRIORITY_unwound"])
+	}
+	if !strings.Contains(layer["BBPATH"], "${LAYERDIR}") {
+		t.Errorf("BBPATH = %q", layer["BBPATH"])
+	}
+	// Every recipe is found by BBFILES, and BBFILES finds some.
+	matched := map[string]bool{}
+	for _, g := range strings.Fields(layer["BBFILES"]) {
+		files, _ := filepath.Glob(strings.ReplaceAll(g, "${LAYERDIR}", filepath.Join(root, "recipes")))
+		for _, f := range files {
+			matched[f] = true
+		}
+	}
+	recipes, _ := filepath.Glob(filepath.Join(root, "recipes/recipes-*/*/*.bb"))
+	all, _ := filepath.Glob(filepath.Join(root, "recipes/*/*/*.bb"))
+	if len(recipes) == 0 || len(all) != len(recipes) {
+		t.Errorf("recipes outside recipes-*/: %v", all)
+	}
+	for _, r := range recipes {
+		if !matched[r] {
+			t.Errorf("%s is not matched by BBFILES", r)
+		}
+	}
+
+	readme := readRepo(t, "recipes/README.md")
+	for _, s := range []string{"Maintainer:", "patches", "IMAGE_INSTALL", "-funwind-tables", "-fasynchronous-unwind-tables", "UNWOUND_QUEUE_DIR"} {
+		if !strings.Contains(readme, s) {
+			t.Errorf("recipes/README.md does not mention %q", s)
+		}
+	}
+	if !regexp.MustCompile(`Maintainer:.*<[^@\s]+@[^>\s]+>`).MatchString(readme) {
+		t.Error("recipes/README.md: no maintainer email")
+	}
+
+	if pg := bbVars(t, readRepo(t, "recipes/recipes-core/packagegroups/packagegroup-unwound.bb")); pg["RDEPENDS:${PN}"] != "unwound" {
+		t.Errorf("packagegroup RDEPENDS = %q", pg["RDEPENDS:${PN}"])
+	}
+}
+
+func yoctoRecipe(t *testing.T) (path, pv, text string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "recipes/recipes-support/unwound/unwound_*.bb"))
+	if len(files) != 1 {
+		t.Fatalf("want one unwound_<version>.bb, have %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(files[0]), "unwound_"), ".bb")
+	return files[0], pv, string(b)
+}
+
+func TestYoctoRecipe(t *testing.T) {
+	_, pv, text := yoctoRecipe(t)
+	v := bbVars(t, text)
+	if v["GO_IMPORT"] != modulePath(t) {
+		t.Errorf("GO_IMPORT = %q, go.mod says %q", v["GO_IMPORT"], modulePath(t))
+	}
+	for k, want := range map[string]string{
+		"CGO_ENABLED":       "0",
+		"GO_LINKSHARED":     "",
+		"UNWOUND_QUEUE_DIR": defaultQueueDir(t),
+		"INITSCRIPT_NAME":   "unwound",
+		"GOFLAGS":           "-mod=vendor",
+		"GOPROXY":           "off",
+	} {
+		got, ok := v[k]
+		if !ok || got != want {
+			t.Errorf("%s = %q (set: %v), want %q", k, got, ok, want)
+		}
+	}
+	if !strings.Contains(v["GOBUILDFLAGS:remove"], "-buildmode=pie") {
+		t.Error(`GOBUILDFLAGS:remove lacks "-buildmode=pie"`)
+	}
+	if lic := v["LICENSE"]; lic == "" || strings.Contains(lic, " AND ") || !strings.HasPrefix(lic, "Apache-2.0") {
+		t.Errorf("LICENSE = %q (Apache-2.0 first, '&' not 'AND')", lic)
+	}
+	if !regexp.MustCompile(`(?m)^inherit go\b`).MatchString(text) {
+		t.Error("recipe does not inherit go")
+	}
+	for _, s := range []string{
+		"bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', '', d)",
+		"bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'update-rc.d', '', d)",
+		"bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd',",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("recipe lacks %s", s)
+		}
+	}
+	src := v["SRC_URI"]
+	if !strings.Contains(src, "/unwound-${PV}.tar.gz;") || !strings.Contains(src, "striplevel=1") || !strings.Contains(src, "subdir=${UNWOUND_SRC_SUBDIR}") {
+		t.Errorf("SRC_URI = %q: want the make dist tarball unwound-${PV}.tar.gz unpacked into ${S}/src/${GO_IMPORT}", src)
+	}
+	if !strings.Contains(readRepo(t, "Makefile"), "DIST_NAME := unwound-$(VERSION)") {
+		t.Error("Makefile dist no longer names the tarball unwound-$(VERSION)")
+	}
+	if pv == "" {
+		t.Error("recipe has no version in its name")
+	}
+
+	// make install: variables that exist, INIT from DISTRO_FEATURES, the
+	// init script name update-rc.d expects, binaries from do_compile.
+	args := makeInstallArgs(t, text)
+	checkMakeVars(t, args)
+	for k, want := range map[string]string{
+		"INIT":       "${UNWOUND_INIT}",
+		"QUEUE_DIR":  "${UNWOUND_QUEUE_DIR}",
+		"DESTDIR":    "${D}",
+		"INITSCRIPT": v["INITSCRIPT_NAME"],
+		"PREBUILT":   "${B}/unwound-bin",
+		"BOARD_CMDS": "unwound-handler unwound-uploader",
+	} {
+		if args[k] != want {
+			t.Errorf("make install %s=%q, want %q", k, args[k], want)
+		}
+	}
+	if !strings.Contains(text, "-o ${B}/unwound-bin/") {
+		t.Error("do_compile does not build into ${B}/unwound-bin/, where make install takes the binaries")
+	}
+
+	// Units named by the recipe are the ones make install installs.
+	for _, unit := range append(strings.Fields(v["SYSTEMD_SERVICE:${PN}"]), "unwound-upload-once.service", "unwound-upload-once.timer") {
+		if !fileExists(t, "packaging/systemd/"+unit) && !fileExists(t, "packaging/systemd/"+unit+".in") {
+			t.Errorf("recipe names %s, not in packaging/systemd", unit)
+		}
+		if !strings.Contains(v["FILES:${PN}"], unit) && !strings.Contains(v["SYSTEMD_SERVICE:${PN}"], unit) {
+			t.Errorf("%s is in neither SYSTEMD_SERVICE nor FILES", unit)
+		}
+	}
+	for _, f := range []string{"${nonarch_libdir}/sysctl.d/60-unwound.conf", "${sysconfdir}/sysctl.d/60-unwound.conf", "${UNWOUND_QUEUE_DIR}"} {
+		if !strings.Contains(v["FILES:${PN}"], f) {
+			t.Errorf("FILES:${PN} lacks %s", f)
+		}
+	}
+}
+
+func fileExists(t *testing.T, rel string) bool {
+	_, err := os.Stat(filepath.Join(repoRoot(t), rel))
+	return err == nil
+}
+
+// TestYoctoLicences checks every LIC_FILES_CHKSUM md5 against a fresh
+// `go mod vendor` and that every vendored licence file is listed.
+func TestYoctoLicences(t *testing.T) {
+	_, _, text := yoctoRecipe(t)
+	v := bbVars(t, text)
+	listed := map[string]bool{}
+	re := regexp.MustCompile(`^file://src/\$\{GO_IMPORT\}/([^;]+);md5=([0-9a-f]{32})$`)
+	for _, e := range strings.Fields(v["LIC_FILES_CHKSUM"]) {
+		m := re.FindStringSubmatch(e)
+		if m == nil {
+			t.Errorf("LIC_FILES_CHKSUM entry %q: want file://src/${GO_IMPORT}/PATH;md5=HEX", e)
+			continue
+		}
+		listed[m[1]] = true
+		sum := md5.Sum(sourceFile(t, m[1]))
+		if got := hex.EncodeToString(sum[:]); got != m[2] {
+			t.Errorf("LIC_FILES_CHKSUM %s: md5 %s, the file's is %s", m[1], m[2], got)
+		}
+	}
+	if !listed["LICENSE"] {
+		t.Error("LIC_FILES_CHKSUM lacks the top LICENSE")
+	}
+	for _, f := range vendorLicences(t) {
+		if !listed[f] {
+			t.Errorf("vendored licence %s is not in LIC_FILES_CHKSUM", f)
+		}
+	}
+}
+
+const brPkg = "buildroot/package/unwound/"
+
+func TestBuildrootExternal(t *testing.T) {
+	root := repoRoot(t)
+	if !regexp.MustCompile(`(?m)^name: UNWOUND$`).MatchString(readRepo(t, "buildroot/external.desc")) {
+		t.Error("external.desc: want 'name: UNWOUND'")
+	}
+	if !strings.Contains(readRepo(t, "buildroot/external.mk"), "$(BR2_EXTERNAL_UNWOUND_PATH)/package/*/*.mk") {
+		t.Error("external.mk does not include the packages' .mk files")
+	}
+	// Config.in sources every package's Config.in, and only files that exist.
+	sourced := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^source "\$BR2_EXTERNAL_UNWOUND_PATH/([^"]+)"$`).FindAllStringSubmatch(readRepo(t, "buildroot/Config.in"), -1) {
+		sourced[m[1]] = true
+		if !fileExists(t, "buildroot/"+m[1]) {
+			t.Errorf("Config.in sources %s, which does not exist", m[1])
+		}
+	}
+	pkgs, _ := filepath.Glob(filepath.Join(root, "buildroot/package/*/Config.in"))
+	for _, p := range pkgs {
+		rel, _ := filepath.Rel(filepath.Join(root, "buildroot"), p)
+		if !sourced[rel] {
+			t.Errorf("Config.in does not source %s", rel)
+		}
+	}
+	if !fileExists(t, "buildroot/README.md") {
+		t.Error("buildroot/README.md missing")
+	}
+
+	cfg := readRepo(t, brPkg+"Config.in")
+	symbols := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^config (\S+)$`).FindAllStringSubmatch(cfg, -1) {
+		symbols[m[1]] = true
+	}
+	// check-package: help text indented by a tab and two spaces, 72 columns.
+	for i, l := range strings.Split(cfg, "\n") {
+		if strings.HasPrefix(l, "\t  ") && len(strings.Replace(l, "\t", "        ", 1)) > 72 {
+			t.Errorf("package Config.in:%d: help line over 72 columns", i+1)
+		}
+	}
+	mk := readRepo(t, brPkg+"unwound.mk")
+	for _, m := range regexp.MustCompile(`BR2_PACKAGE_UNWOUND\w*`).FindAllString(mk, -1) {
+		if !symbols[m] {
+			t.Errorf("unwound.mk uses %s, not defined in its Config.in", m)
+		}
+	}
+	defconfigs, _ := filepath.Glob(filepath.Join(root, "buildroot/configs/*_defconfig"))
+	if len(defconfigs) == 0 {
+		t.Error("no defconfig")
+	}
+	for _, d := range defconfigs {
+		b, _ := os.ReadFile(d)
+		for _, line := range []string{"BR2_DOWNLOAD_FORCE_CHECK_HASHES=y", "BR2_PACKAGE_UNWOUND=y"} {
+			if !regexp.MustCompile(`(?m)^` + line + `$`).Match(b) {
+				t.Errorf("%s lacks %s", filepath.Base(d), line)
+			}
+		}
+	}
+}
+
+func TestBuildrootPackage(t *testing.T) {
+	root := repoRoot(t)
+	mk := readRepo(t, brPkg+"unwound.mk")
+	if !strings.HasPrefix(mk, strings.Repeat("#", 80)+"\n#\n# unwound\n#\n"+strings.Repeat("#", 80)+"\n") {
+		t.Error("unwound.mk: check-package wants the 80-column header naming the package")
+	}
+	if !strings.Contains(mk, "$(eval $(golang-package))") {
+		t.Error("unwound.mk is not a golang-package")
+	}
+	v := mkVars(mk)
+	if v["UNWOUND_GOMOD"] != modulePath(t) {
+		t.Errorf("UNWOUND_GOMOD = %q", v["UNWOUND_GOMOD"])
+	}
+	if _, ok := v["UNWOUND_INSTALL_BINS"]; ok {
+		t.Error("UNWOUND_INSTALL_BINS is an error since Buildroot 2025.11")
+	}
+	if v["UNWOUND_BUILD_TARGETS"] != "cmd/unwound-handler cmd/unwound-uploader" {
+		t.Errorf("UNWOUND_BUILD_TARGETS = %q", v["UNWOUND_BUILD_TARGETS"])
+	}
+	for _, target := range strings.Fields(v["UNWOUND_BUILD_TARGETS"]) {
+		if !fileExists(t, target) {
+			if target == "cmd/unwound-uploader" {
+				t.Logf("%s is not in this tree yet (being written); the release tarball must have it", target)
+				continue
+			}
+			t.Errorf("UNWOUND_BUILD_TARGETS: %s does not exist", target)
+		}
+	}
+	if !strings.Contains(v["UNWOUND_GO_ENV"], "CGO_ENABLED=0") {
+		t.Errorf("UNWOUND_GO_ENV = %q: want CGO_ENABLED=0 (static)", v["UNWOUND_GO_ENV"])
+	}
+	if !strings.Contains(v["UNWOUND_LDFLAGS"], modulePath(t)+"/handler.Version=$(UNWOUND_VERSION)") {
+		t.Errorf("UNWOUND_LDFLAGS = %q", v["UNWOUND_LDFLAGS"])
+	}
+	if v["UNWOUND_SOURCE"] != "unwound-$(UNWOUND_VERSION).tar.gz" {
+		t.Errorf("UNWOUND_SOURCE = %q: want the make dist tarball", v["UNWOUND_SOURCE"])
+	}
+	if _, pv, _ := yoctoRecipe(t); v["UNWOUND_VERSION"] != pv {
+		t.Errorf("Buildroot version %q, Yocto recipe version %q", v["UNWOUND_VERSION"], pv)
+	}
+	for _, sym := range []string{"BR2_INIT_SYSTEMD", "BR2_INIT_BUSYBOX", "BR2_INIT_SYSV"} {
+		if !strings.Contains(mk, sym) {
+			t.Errorf("unwound.mk does not look at %s", sym)
+		}
+	}
+	args := makeInstallArgs(t, mk)
+	checkMakeVars(t, args)
+	for k, want := range map[string]string{
+		"DESTDIR":    "$(TARGET_DIR)",
+		"INIT":       "$(UNWOUND_INIT)",
+		"PREBUILT":   "$(@D)/bin",
+		"INITSCRIPT": "",
+		"BOARD_CMDS": "unwound-handler unwound-uploader",
+	} {
+		if args[k] != want {
+			t.Errorf("make install %s=%q, want %q", k, args[k], want)
+		}
+	}
+
+	// Licence files: listed, hashed in unwound.hash, hashes right, complete.
+	hashes := map[string]string{}
+	for i, l := range strings.Split(readRepo(t, brPkg+"unwound.hash"), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		m := regexp.MustCompile(`^sha256  ([0-9a-f]{64})  (\S+)$`).FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("unwound.hash:%d: want 'sha256  HEX  FILE', got %q", i+1, l)
+			continue
+		}
+		hashes[m[2]] = m[1]
+	}
+	files := strings.Fields(v["UNWOUND_LICENSE_FILES"])
+	listed := map[string]bool{}
+	for _, f := range files {
+		listed[f] = true
+		sum := sha256.Sum256(sourceFile(t, f))
+		if got := hex.EncodeToString(sum[:]); hashes[f] != got {
+			t.Errorf("unwound.hash %s: %q, the file's sha256 is %s", f, hashes[f], got)
+		}
+	}
+	if !listed["LICENSE"] {
+		t.Error("UNWOUND_LICENSE_FILES lacks LICENSE")
+	}
+	for _, f := range vendorLicences(t) {
+		if !listed[f] {
+			t.Errorf("vendored licence %s is not in UNWOUND_LICENSE_FILES", f)
+		}
+	}
+
+	// The init script: in the package directory, not executable
+	// (check-package), installed by the .mk, and the default-path rendering
+	// of packaging/sysvinit/unwound.in.
+	scripts, _ := filepath.Glob(filepath.Join(root, brPkg+"S[0-9][0-9]*"))
+	if len(scripts) != 1 {
+		t.Fatalf("want one S..unwound init script in %s, have %v", brPkg, scripts)
+	}
+	name := filepath.Base(scripts[0])
+	if st, err := os.Stat(scripts[0]); err != nil || st.Mode().Perm()&0o111 != 0 {
+		t.Errorf("%s must not be executable (check-package): %v", name, st.Mode())
+	}
+	if out, err := exec.Command("git", "-C", root, "ls-files", "-s", brPkg+name).Output(); err == nil && len(out) > 0 && !strings.HasPrefix(string(out), "100644 ") {
+		t.Errorf("%s is committed executable: %s", name, out)
+	}
+	if !strings.Contains(mk, "$(UNWOUND_PKGDIR)/"+name) || !strings.Contains(mk, "/etc/init.d/"+name) || !strings.Contains(mk, "define UNWOUND_INSTALL_INIT_SYSV") {
+		t.Errorf("unwound.mk does not install %s in UNWOUND_INSTALL_INIT_SYSV", name)
+	}
+	if !regexp.MustCompile(`(?s)define UNWOUND_INSTALL_INIT_SYSTEMD\n.*enable unwound-uploader\.service.*system-preset/50-unwound\.preset\nendef`).MatchString(mk) {
+		t.Error("unwound.mk does not install a preset enabling unwound-uploader.service")
+	}
+	tmpl := readRepo(t, "packaging/sysvinit/unwound.in")
+	r := strings.NewReplacer("@BINDIR@", "/usr/bin", "@CONFIG@", "/etc/unwound/unwound.toml",
+		"@QUEUE_DIR@", defaultQueueDir(t), "@CORE_PIPE_LIMIT@", "4")
+	if got := readRepo(t, brPkg+name); got != r.Replace(tmpl) {
+		t.Errorf("%s differs from packaging/sysvinit/unwound.in with the default paths: regenerate it", name)
+	}
+}

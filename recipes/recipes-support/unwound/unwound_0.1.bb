@@ -1,0 +1,103 @@
+SUMMARY = "On-device crash reporter: core_pattern handler that unwinds on the board, and its uploader"
+DESCRIPTION = "unwound-handler is the kernel's core_pattern helper: it unwinds every \
+thread of a crashed process on the device and queues a small report holding \
+only program counters and module identities. unwound-uploader drains the \
+queue over HTTP or a serial port."
+HOMEPAGE = "https://github.com/unwound-dev/unwound"
+BUGTRACKER = "https://github.com/unwound-dev/unwound/issues"
+SECTION = "devel"
+
+# unwound itself, then the modules vendored in the release tarball
+# (vendor/modules.txt): BurntSushi/toml (MIT), klauspost/compress
+# (BSD-3-Clause and Apache-2.0; internal/snapref BSD-3-Clause,
+# zstd/internal/xxhash MIT), golang.org/x/sys (BSD-3-Clause).
+LICENSE = "Apache-2.0 & BSD-3-Clause & MIT"
+LIC_FILES_CHKSUM = "\
+    file://src/${GO_IMPORT}/LICENSE;md5=3b83ef96387f14655fc854ddc3c6bd57 \
+    file://src/${GO_IMPORT}/vendor/github.com/BurntSushi/toml/COPYING;md5=9e24c0e2a784c1d1fcabb279f4f107e0 \
+    file://src/${GO_IMPORT}/vendor/github.com/klauspost/compress/LICENSE;md5=d0fd9ebda39468b51ff4539c9fbb13a8 \
+    file://src/${GO_IMPORT}/vendor/github.com/klauspost/compress/internal/snapref/LICENSE;md5=b8b79c7d4cda128290b98c6a21f9aac6 \
+    file://src/${GO_IMPORT}/vendor/github.com/klauspost/compress/zstd/internal/xxhash/LICENSE.txt;md5=802da049c92a99b4387d3f3d91b00fa9 \
+    file://src/${GO_IMPORT}/vendor/golang.org/x/sys/LICENSE;md5=7998cb338f82d15c0eff93b7004d272a \
+"
+
+GO_IMPORT = "github.com/unwound-dev/unwound"
+GO_INSTALL = "${GO_IMPORT}/cmd/unwound-handler ${GO_IMPORT}/cmd/unwound-uploader"
+
+# The release tarball made by `make dist` already holds vendor/: no network
+# after do_fetch, on every release from scarthgap (no gomod:// fetcher there)
+# to wrynose. It is unpacked where go.bbclass wants the sources,
+# ${S}/src/${GO_IMPORT}, with its top directory stripped.
+UNWOUND_SRC_SUBDIR = "${@os.path.basename(d.getVar('S'))}/src/${GO_IMPORT}"
+SRC_URI = "https://github.com/unwound-dev/unwound/releases/download/v${PV}/unwound-${PV}.tar.gz;subdir=${UNWOUND_SRC_SUBDIR};striplevel=1"
+# Set when v${PV} is released: sha256sum of dist/unwound-${PV}.tar.gz from
+# `make dist VERSION=${PV}` at the tag (the tarball is reproducible).
+SRC_URI[sha256sum] = "0000000000000000000000000000000000000000000000000000000000000000"
+
+inherit go ${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', '', d)} \
+    ${@bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'update-rc.d', '', d)}
+
+# The queue of reports. It must be on persistent storage: with the
+# read-only-rootfs image feature /var/lib is a tmpfs and reports would be lost
+# at every reboot (the handler refuses a volatile queue unless told to allow
+# it). Point it at a persistent partition there, e.g. in local.conf:
+#   UNWOUND_QUEUE_DIR:pn-unwound = "/data/unwound/queue"
+UNWOUND_QUEUE_DIR ?= "/var/lib/unwound/queue"
+
+# What sets kernel.core_pattern at boot: a sysctl.d file sorting after
+# systemd's 50-coredump.conf with systemd; an init script writing /proc/sys
+# with sysvinit (which applies only /etc/sysctl.conf).
+UNWOUND_INIT ?= "${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', \
+    bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'sysvinit', 'none', d), d)}"
+
+# Static binaries: no cgo, no PIE (fails without cgo on arm and riscv64),
+# no shared Go runtime. Not stripped here: the -dbg package gets the symbols.
+CGO_ENABLED = "0"
+GO_LINKSHARED = ""
+GOBUILDFLAGS:remove = "-buildmode=pie"
+GO_EXTRA_LDFLAGS = "-X ${GO_IMPORT}/handler.Version=${PV}"
+export GOFLAGS = "-mod=vendor"
+export GOPROXY = "off"
+export GO111MODULE = "on"
+export GOTOOLCHAIN = "local"
+
+do_compile() {
+    cd ${S}/src/${GO_IMPORT}
+    ${GO} build ${GOBUILDFLAGS} -o ${B}/unwound-bin/ \
+        ./cmd/unwound-handler ./cmd/unwound-uploader
+}
+do_compile[cleandirs] = "${B}/unwound-bin"
+
+# The repository's own `make install` lays out the board: binaries (the ones
+# built above, PREBUILT=), configuration, queue directory, and the
+# core_pattern line computed by handler.CorePattern on the build host. The
+# sysctl.d file goes to ${nonarch_libdir}/sysctl.d with systemd and to
+# ${sysconfdir}/sysctl.d with sysvinit (the Makefile's defaults).
+do_install() {
+    oe_runmake -C ${S}/src/${GO_IMPORT} install \
+        GO="${GO}" \
+        DESTDIR=${D} \
+        PREFIX=${prefix} \
+        SYSCONFDIR=${sysconfdir} \
+        QUEUE_DIR=${UNWOUND_QUEUE_DIR} \
+        INIT=${UNWOUND_INIT} \
+        PREBUILT=${B}/unwound-bin \
+        BOARD_CMDS="unwound-handler unwound-uploader" \
+        SYSTEMD_UNITDIR=${systemd_system_unitdir} \
+        INITDIR=${sysconfdir}/init.d \
+        INITSCRIPT=unwound
+}
+
+SYSTEMD_SERVICE:${PN} = "unwound-uploader.service"
+SYSTEMD_AUTO_ENABLE:${PN} = "enable"
+INITSCRIPT_NAME = "unwound"
+INITSCRIPT_PARAMS = "defaults 25 75"
+
+CONFFILES:${PN} = "${sysconfdir}/unwound/unwound.toml"
+FILES:${PN} += "\
+    ${nonarch_libdir}/sysctl.d/60-unwound.conf \
+    ${sysconfdir}/sysctl.d/60-unwound.conf \
+    ${systemd_system_unitdir}/unwound-upload-once.service \
+    ${systemd_system_unitdir}/unwound-upload-once.timer \
+    ${UNWOUND_QUEUE_DIR} \
+"
