@@ -69,7 +69,21 @@ func run(args []string) int {
 	if err != nil {
 		log.Print(err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	daemon := !*once && fs.NArg() == 0
 	q, err := queue.Open(cfg.Queue.Dir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile})
+	for err != nil && daemon {
+		// At boot the queue's filesystem may not be mounted yet: a daemon
+		// waits for it instead of dying and being restarted in a loop.
+		log.Printf("%v; waiting for it", err)
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(30 * time.Second):
+		}
+		q, err = queue.Open(cfg.Queue.Dir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile})
+	}
 	if err != nil {
 		log.Print(err)
 		return 1
@@ -95,6 +109,13 @@ func run(args []string) int {
 		})
 	case "http":
 		t, err = newHTTP(cfg)
+		if err != nil && daemon {
+			// Reports stay queued (and can be dumped) until the board is
+			// configured; restarting would not change that.
+			log.Printf("%v; reports stay queued until the configuration is fixed", err)
+			<-ctx.Done()
+			return 0
+		}
 		if err != nil {
 			log.Print(err)
 			return 1
@@ -105,8 +126,6 @@ func run(args []string) int {
 	}
 	defer t.Close()
 	u := &uploader.Uploader{Queue: q, Transport: t, DeviceID: cfg.DeviceID(), Log: log.Printf}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	interval := cfg.Upload.Interval.D()
 	maxWait := 10 * time.Minute
 	if interval < maxWait {

@@ -14,7 +14,9 @@ UNWOUND_LICENSE_FILES = \
 	vendor/github.com/klauspost/compress/LICENSE \
 	vendor/github.com/klauspost/compress/internal/snapref/LICENSE \
 	vendor/github.com/klauspost/compress/zstd/internal/xxhash/LICENSE.txt \
-	vendor/golang.org/x/sys/LICENSE
+	vendor/golang.org/x/sys/LICENSE \
+	vendor/go.bug.st/serial/LICENSE \
+	vendor/github.com/creack/goselect/LICENSE
 
 # The release tarball (make dist) already carries vendor/: Buildroot's go
 # download post-processing leaves it as it is, and nothing is fetched later.

@@ -19,6 +19,8 @@ LIC_FILES_CHKSUM = "\
     file://src/${GO_IMPORT}/vendor/github.com/klauspost/compress/internal/snapref/LICENSE;md5=b8b79c7d4cda128290b98c6a21f9aac6 \
     file://src/${GO_IMPORT}/vendor/github.com/klauspost/compress/zstd/internal/xxhash/LICENSE.txt;md5=802da049c92a99b4387d3f3d91b00fa9 \
     file://src/${GO_IMPORT}/vendor/golang.org/x/sys/LICENSE;md5=7998cb338f82d15c0eff93b7004d272a \
+    file://src/${GO_IMPORT}/vendor/go.bug.st/serial/LICENSE;md5=6067cc6529e21146d9c556ee2f680c27 \
+    file://src/${GO_IMPORT}/vendor/github.com/creack/goselect/LICENSE;md5=53145d9bb75251a18e111de5d23803e6 \
 "
 
 GO_IMPORT = "github.com/unwound-dev/unwound"
