@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,55 +19,6 @@ import (
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
 )
-
-// guestLibs describes where an architecture's glibc lives on the host and
-// what the programs' interpreter is called.
-type guestLibs struct {
-	hostDir string // the cross sysroot's lib directory
-	triplet string
-	interp  string
-}
-
-var libsFor = map[string]guestLibs{
-	"aarch64": {"/usr/aarch64-linux-gnu/lib", "aarch64-linux-gnu", "ld-linux-aarch64.so.1"},
-	"arm":     {"/usr/arm-linux-gnueabihf/lib", "arm-linux-gnueabihf", "ld-linux-armhf.so.3"},
-	"riscv64": {"/usr/riscv64-linux-gnu/lib", "riscv64-linux-gnu", "ld-linux-riscv64-lp64d.so.1"},
-	"x86_64":  {"/lib/x86_64-linux-gnu", "x86_64-linux-gnu", "ld-linux-x86-64.so.2"},
-}
-
-var runtimeLibs = []string{"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"}
-
-// GoBuild cross-compiles a Go command for a guest.
-func GoBuild(t testing.TB, pkg, arch, out string) string {
-	t.Helper()
-	goarch, goarm := GoArch(arch)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOARM="+goarm)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s for %s: %v\n%s", pkg, arch, err, b)
-	}
-	return out
-}
-
-// addGlibc puts the architecture's dynamic loader and runtime libraries
-// into the guest at /lib, with the multiarch directory and /lib64 pointing
-// there, and returns a host directory laid out the same way, for gdb and
-// offline unwinding of the guest's cores.
-func addGlibc(t testing.TB, r *Initramfs, arch, hostRoot string) {
-	l := libsFor[arch]
-	os.MkdirAll(hostRoot, 0o755)
-	os.Symlink(l.hostDir, filepath.Join(hostRoot, "lib"))
-	os.Symlink("lib", filepath.Join(hostRoot, "lib64"))
-	for _, n := range append([]string{l.interp}, runtimeLibs...) {
-		p, err := filepath.EvalSymlinks(filepath.Join(l.hostDir, n))
-		if err != nil {
-			t.Skipf("%s: %v (install the cross toolchain: make deps)", arch, err)
-		}
-		r.HostFile("/lib/"+n, 0o755, p)
-	}
-	r.Symlink("/lib/"+l.triplet, ".")
-	r.Symlink("/lib64", "lib")
-}
 
 // TestLab boots every architecture's minimal kernel with the real
 // unwound-handler installed through its own --core-pattern line, crashes
@@ -104,8 +54,8 @@ func labArch(t *testing.T, arch string) {
 		os.MkdirAll(work, 0o755)
 	}
 	r := NewInitramfs()
-	r.HostFile("/init", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
-	r.HostFile("/bin/unwound-handler", 0o755, GoBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
+	r.HostFile("/init", 0o755, goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
+	r.HostFile("/bin/unwound-handler", 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
 	// TCG runs guests 10-50x slower than a board: the budgets grow so the
 	// 87,000-frame recursion is walked live to its end, as on hardware.
 	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
@@ -119,7 +69,9 @@ max_entries = 1000
 max_bytes_kib = 65536
 `))
 	hostRoot := filepath.Join(work, "root")
-	addGlibc(t, r, arch, hostRoot)
+	if err := AddGlibc(r, arch, hostRoot); err != nil {
+		t.Skip(err)
+	}
 	plan := guest.Plan{Steps: []guest.Step{
 		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
 		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
@@ -218,3 +170,11 @@ max_bytes_kib = 65536
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func goBuild(t testing.TB, pkg, arch, out string) string {
+	t.Helper()
+	if err := BuildGo(pkg, arch, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

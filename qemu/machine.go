@@ -113,15 +113,16 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var qout bytes.Buffer
-	cmd.Stdout = &qout
+	cmd.Stderr = &qout
 	var runErr error
 	if m.Link != nil {
-		// QEMU says "char device redirected to /dev/pts/N (label link)".
+		// QEMU says "char device redirected to /dev/pts/N (label link)" on
+		// its standard output.
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			return nil, err
 		}
-		cmd.Stderr = pw
+		cmd.Stdout = pw
 		if err := cmd.Start(); err != nil {
 			pw.Close()
 			pr.Close()
@@ -144,7 +145,7 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 		runErr = cmd.Wait()
 		<-done
 	} else {
-		cmd.Stderr = &qout
+		cmd.Stdout = &qout
 		runErr = cmd.Run()
 	}
 	res := &Result{Duration: time.Since(start)}
