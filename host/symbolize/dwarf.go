@@ -26,6 +26,9 @@ type scope struct {
 	callFile int32        // inlined: the caller's position
 	callLine int32
 	callCol  int32
+	// mangled: the unit's language mangles names (C++, Rust); its
+	// functions without DW_AT_linkage_name take their symbol's name.
+	mangled bool
 }
 
 type nameInfo struct {
@@ -82,6 +85,7 @@ func buildIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
 	}
 	r := d.Reader()
 	var cuFiles []int32 // the current unit's file table, interned
+	mangled := false
 	type open struct{ scope int32 }
 	var stack []open
 	n := 0
@@ -112,6 +116,13 @@ func buildIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
 			stack = stack[:0]
 			parent, cur = -1, -1
 			cuFiles = cuFiles[:0]
+			lang, _ := e.Val(dwarf.AttrLanguage).(int64)
+			switch lang {
+			case 0x04, 0x19, 0x1a, 0x21, 0x1c: // C++, C++03, C++11, C++14, Rust
+				mangled = true
+			default:
+				mangled = false
+			}
 			if lr, err := d.LineReader(e); err == nil && lr != nil {
 				ix.readLines(lr, intern)
 				for _, f := range lr.Files() {
@@ -139,7 +150,7 @@ func buildIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
 			if len(ranges) == 0 || e.Tag == dwarf.TagInlinedSubroutine && parent < 0 {
 				break // a declaration or an abstract instance
 			}
-			s := scope{ranges: ranges, origin: e.Offset, parent: -1, callFile: -1}
+			s := scope{ranges: ranges, origin: e.Offset, parent: -1, callFile: -1, mangled: mangled}
 			if e.Tag == dwarf.TagInlinedSubroutine {
 				s.parent = parent
 				if cf, ok := e.Val(dwarf.AttrCallFile).(int64); ok && cf >= 0 && cf < int64(len(cuFiles)) {
@@ -232,6 +243,16 @@ func (ix *dwarfIndex) line(addr uint64) (lineRow, bool) {
 		}
 	}
 	return lineRow{}, false
+}
+
+func (s *scope) low() uint64 {
+	lo := s.ranges[0][0]
+	for _, r := range s.ranges {
+		if r[0] < lo {
+			lo = r[0]
+		}
+	}
+	return lo
 }
 
 func (s *scope) contains(addr uint64) bool {

@@ -154,8 +154,15 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 	}
 	for _, t := range r.Threads {
 		th := Thread{Thread: t, Frames: make([]Frame, 0, len(t.Frames))}
-		for _, f := range t.Frames {
-			th.Frames = append(th.Frames, s.frame(r, mods, f))
+		for i, f := range t.Frames {
+			// A signal trampoline's PC is where the handler returns
+			// to, but nothing called it: look it up as is (gdb does).
+			if !f.Exact && i+1 < len(t.Frames) && t.Frames[i+1].Method == "signal" {
+				f.Exact = true
+			}
+			out := s.frame(r, mods, f)
+			out.Frame = t.Frames[i]
+			th.Frames = append(th.Frames, out)
 		}
 		res.Threads = append(res.Threads, th)
 	}
@@ -163,7 +170,8 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 }
 
 // FileAddr is the address to look up for a frame: the PC in the file's
-// address space, minus 1 for return addresses.
+// address space, minus 1 for return addresses. (Symbolize also looks up
+// signal trampolines, the frames just inside a "signal" frame, as is.)
 func FileAddr(m report.Module, f report.Frame) uint64 {
 	a := uint64(f.PC) - uint64(m.RuntimeOffset) + uint64(m.CompiledOffset)
 	if !f.Exact && a > 0 {
@@ -215,6 +223,14 @@ func (mod *module) lookup(addr uint64) (locs []Location) {
 				sc := &ix.scopes[si]
 				name, linkage := ix.name(sc.origin)
 				l := Location{File: file, Line: line, Column: col, Inlined: sc.parent >= 0, Source: "dwarf"}
+				if linkage == "" && sc.parent < 0 && sc.mangled {
+					// Like addr2line: a C++ or Rust function without a
+					// linkage name in DWARF (static functions) takes the
+					// name of the symbol at its entry: thrower(int).
+					if sym, ok := mod.syms.lookup(addr); ok && sym.addr == sc.low() {
+						linkage = sym.name
+					}
+				}
 				l.Function, l.Mangled = demangled(name, linkage)
 				locs = append(locs, l)
 				file, line, col = ix.file(sc.callFile), int(sc.callLine), int(sc.callCol)
@@ -254,9 +270,6 @@ func demangled(name, linkage string) (string, string) {
 	}
 	if d, err := demangle.ToString(linkage); err == nil {
 		return d, linkage
-	}
-	if name != "" {
-		return name, linkage
 	}
 	return linkage, ""
 }
