@@ -4,7 +4,9 @@ go 1.22
 
 require (
 	github.com/BurntSushi/toml v1.6.0
+	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/klauspost/compress v1.18.0
+	github.com/ulikunitz/xz v0.5.15
 	go.bug.st/serial v1.6.4
 	golang.org/x/sys v0.30.0
 )

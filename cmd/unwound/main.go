@@ -5,17 +5,21 @@
 //	unwound receive --port DEV [--baud N] --out DIR [--count N] [--idle D]
 //	unwound serve [--listen ADDR] --out DIR [--token T]
 //	unwound undump [--out DIR] FILE|-
+//	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/host/symbolize"
 )
 
 func main() {
@@ -33,6 +37,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "undump":
 		err = undump(os.Args[2:])
+	case "symbolize":
+		err = symbolizeCmd(os.Args[2:], os.Stdout)
 	case "version", "--version":
 		fmt.Println("unwound", handler.Version)
 	case "help", "-h", "--help":
@@ -58,6 +64,8 @@ commands:
   serve [--listen ADDR] --out DIR [--token T] [--tls-cert F --tls-key F]
                                         receive reports over HTTP(S)
   undump [--out DIR] FILE|-             turn 'unwound-uploader dump' text back into reports
+  symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+                                        print reports with functions, files and lines
   version                               print the version
 `)
 }
@@ -73,21 +81,9 @@ func decode(args []string) error {
 	}
 	failed := 0
 	for _, name := range fs.Args() {
-		var b []byte
-		var err error
-		if name == "-" {
-			b, err = io.ReadAll(io.LimitReader(os.Stdin, report.MaxDecoded))
-		} else {
-			b, err = os.ReadFile(name)
-		}
+		r, err := readReport(name)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "unwound:", err)
-			failed++
-			continue
-		}
-		r, err := report.Decode(b)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "unwound: %s: %v\n", name, err)
 			failed++
 			continue
 		}
@@ -151,4 +147,81 @@ func summary(w io.Writer, r *report.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// readReport reads and decodes one report file, "-" being stdin.
+func readReport(name string) (*report.Report, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, report.MaxDecoded))
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err := report.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return r, nil
+}
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func symbolizeCmd(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("symbolize", flag.ContinueOnError)
+	var dirs multiFlag
+	fs.Var(&dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug); repeatable; default SYSROOT/usr/lib/debug")
+	sysroot := fs.String("sysroot", "/", "the target's root filesystem `dir`: report paths are looked up under it")
+	format := fs.String("format", "text", "output `format`: text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("symbolize: name at least one report file (or -)")
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("symbolize: unknown format %q", *format)
+	}
+	if len(dirs) == 0 {
+		d := filepath.Join(*sysroot, "usr", "lib", "debug")
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot})
+	defer s.Close()
+	failed := 0
+	for i, name := range fs.Args() {
+		r, err := readReport(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "unwound:", err)
+			failed++
+			continue
+		}
+		res := s.Symbolize(r)
+		if *format == "json" {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(res)
+		} else {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			err = symbolize.WriteText(w, res)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d reports could not be read", failed, fs.NArg())
+	}
+	return nil
 }

@@ -16,7 +16,9 @@ UNWOUND_LICENSE_FILES = \
 	vendor/github.com/klauspost/compress/zstd/internal/xxhash/LICENSE.txt \
 	vendor/golang.org/x/sys/LICENSE \
 	vendor/go.bug.st/serial/LICENSE \
-	vendor/github.com/creack/goselect/LICENSE
+	vendor/github.com/creack/goselect/LICENSE \
+	vendor/github.com/ianlancetaylor/demangle/LICENSE \
+	vendor/github.com/ulikunitz/xz/LICENSE
 
 # The release tarball (make dist) already carries vendor/: Buildroot's go
 # download post-processing leaves it as it is, and nothing is fetched later.

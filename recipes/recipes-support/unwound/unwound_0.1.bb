@@ -21,6 +21,8 @@ LIC_FILES_CHKSUM = "\
     file://src/${GO_IMPORT}/vendor/golang.org/x/sys/LICENSE;md5=7998cb338f82d15c0eff93b7004d272a \
     file://src/${GO_IMPORT}/vendor/go.bug.st/serial/LICENSE;md5=6067cc6529e21146d9c556ee2f680c27 \
     file://src/${GO_IMPORT}/vendor/github.com/creack/goselect/LICENSE;md5=53145d9bb75251a18e111de5d23803e6 \
+    file://src/${GO_IMPORT}/vendor/github.com/ianlancetaylor/demangle/LICENSE;md5=81729dc66d48cba483290ca39318923d \
+    file://src/${GO_IMPORT}/vendor/github.com/ulikunitz/xz/LICENSE;md5=3c82255323cf3d48815acdbf9068b715 \
 "
 
 GO_IMPORT = "github.com/unwound-dev/unwound"

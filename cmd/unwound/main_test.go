@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/fixture"
+)
+
+// TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's
+// report with the program's debug file in a build-id tree.
+func TestSymbolizeCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	if _, err := exec.LookPath("objcopy"); err != nil {
+		t.Skip("objcopy not installed")
+	}
+	arch := "x86_64"
+	if fixture.Native("aarch64") {
+		arch = "aarch64"
+	}
+	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, arch)}
+	core, kernel := fixture.Core(t, b, "nullwrite")
+	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+	if !kernel {
+		opts.Exe = b.Stripped()
+	}
+	r, err := handler.Offline(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	z, err := report.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := filepath.Join(tmp, "0000000001-798a81a1.json.zst")
+	os.WriteFile(rep, z, 0o644)
+
+	var m report.Module
+	for _, mm := range r.Modules {
+		if mm.Path == b.Stripped() {
+			m = mm
+		}
+	}
+	id := m.BuildID
+	dbg := filepath.Join(tmp, "debug")
+	os.MkdirAll(filepath.Join(dbg, ".build-id", id[:2]), 0o755)
+	if out, err := exec.Command("objcopy", "--only-keep-debug", b.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug")).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+
+	var text bytes.Buffer
+	if err := symbolizeCmd([]string{"--debug-dir", dbg, "--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{
+		fmt.Sprintf("pid %d (crash) SIGSEGV SEGV_MAPERR", r.PID),
+		"(crashed):\n#0  0x",
+		" in null_write at crash.c:23 [context]\n#1  0x",
+		" in nw3 at crash.c:26 [cfi]\n",
+		" in main at crash.c:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out)
+		}
+	}
+
+	var js bytes.Buffer
+	if err := symbolizeCmd([]string{"--format", "json", "--debug-dir", dbg, "--sysroot", fixture.Sysroot(arch), rep}, &js); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		ID      string `json:"id"`
+		Threads []struct {
+			Crashed bool `json:"crashed"`
+			Frames  []struct {
+				PC        string `json:"pc"`
+				Addr      string `json:"addr"`
+				Locations []struct {
+					Function, File string
+					Line           int
+				} `json:"locations"`
+			} `json:"frames"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, js.String())
+	}
+	if got.ID != r.ID || len(got.Threads) == 0 || len(got.Threads[0].Frames) == 0 {
+		t.Fatalf("JSON: %s", js.String())
+	}
+	f0 := got.Threads[0].Frames[0]
+	if len(f0.Locations) == 0 || f0.Locations[0].Function != "null_write" || f0.Locations[0].Line != 23 || !strings.HasSuffix(f0.Locations[0].File, "crash.c") {
+		t.Errorf("frame 0: %+v", f0)
+	}
+
+	// Bad arguments are errors, not crashes.
+	if err := symbolizeCmd([]string{"--format", "yaml", rep}, io.Discard); err == nil {
+		t.Error("unknown format accepted")
+	}
+	if err := symbolizeCmd(nil, io.Discard); err == nil {
+		t.Error("no files accepted")
+	}
+}

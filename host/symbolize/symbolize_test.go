@@ -1,0 +1,564 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	hmodule "github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/fixture"
+)
+
+var cases = []struct{ variant, scenario string }{
+	{"O0-dynamic", "nullwrite"},
+	{"O0-dynamic", "threads"},
+	{"O0-static", "sighandler"},
+	{"O2-dynamic", "nullwrite"},
+	{"O2-dynamic", "threads"},
+	{"O2-dynamic", "abort"},
+	{"O2-dynamic", "sigaltstack"},
+	{"O2-static", "recursion"},
+	{"O2-static", "abort"},
+	{"O2-dynamic", "throw"},
+	{"O0-static", "throw"},
+}
+
+// TestMatchesAddr2lineAndGDB symbolizes fixture crashes with the program's
+// debug file in a build-id tree (and the host's /usr/lib/debug for its own
+// libraries) and compares every frame that has a debug file with
+// addr2line -f -i -C on that same file, and the crashed thread's function
+// names with gdb's frames on the same core.
+func TestMatchesAddr2lineAndGDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fixture comparisons: not in -short")
+	}
+	need(t, "addr2line", "objcopy")
+	total, gdbTotal, inlined := 0, 0, 0
+	for _, arch := range []string{"x86_64", "aarch64"} {
+		arch := arch
+		t.Run(arch, func(t *testing.T) {
+			dir := fixture.Build(t, arch)
+			for _, c := range cases {
+				c := c
+				prog := "crash"
+				if c.scenario == "throw" {
+					prog = "crashxx"
+				}
+				b := fixture.Binary{Arch: arch, Variant: c.variant, Prog: prog, Dir: dir}
+				t.Run(c.variant+"/"+c.scenario, func(t *testing.T) {
+					n, g, in := compareFixture(t, b, c.scenario)
+					total += n
+					gdbTotal += g
+					inlined += in
+				})
+			}
+		})
+	}
+	t.Logf("%d frames equal addr2line (%d with inlined calls), %d crashed-thread function names equal gdb", total, inlined, gdbTotal)
+}
+
+func compareFixture(t *testing.T, b fixture.Binary, scenario string) (nA2L, nGDB, nInlined int) {
+	r := crashReport(t, b, scenario)
+	debugDir := t.TempDir()
+	buildIDTree(t, debugDir, b.Unstripped())
+	dirs := []string{debugDir}
+	if b.Arch == "x86_64" {
+		if st, err := os.Stat("/usr/lib/debug/.build-id"); err == nil && st.IsDir() {
+			dirs = append(dirs, "/usr/lib/debug")
+		}
+	}
+	s := New(Options{DebugDirs: dirs, Sysroot: fixture.Sysroot(b.Arch)})
+	defer s.Close()
+	res := s.Symbolize(r)
+
+	progMod := -1
+	for i, m := range res.Modules {
+		if m.Path == b.Stripped() {
+			progMod = i
+			if m.DebugHow != "build-id" {
+				t.Fatalf("program's debug file found by %q (%s), want build-id; status %q", m.DebugHow, m.DebugFile, m.Status)
+			}
+		}
+	}
+	if progMod < 0 {
+		t.Fatalf("program %s not among the modules", b.Stripped())
+	}
+
+	// addr2line, per debug file, on every frame's file address.
+	type ref struct{ th, fr int }
+	byFile := map[string][]ref{}
+	for ti, th := range res.Threads {
+		for fi, f := range th.Frames {
+			// addr2line (binutils 2.40) misreads the DWARF 5 file
+			// tables of Debian's libc debug files (libc-start.c for
+			// libc_start_call_main.h, ./nptl/./nptl/…): only the
+			// program's own debug file is compared with it; library
+			// frames are compared with gdb below.
+			if f.Module != progMod {
+				continue
+			}
+			byFile[res.Modules[f.Module].DebugFile] = append(byFile[res.Modules[f.Module].DebugFile], ref{ti, fi})
+		}
+	}
+	for file, refs := range byFile {
+		var addrs []uint64
+		for _, rf := range refs {
+			addrs = append(addrs, uint64(*res.Threads[rf.th].Frames[rf.fr].Addr))
+		}
+		want := addr2line(t, file, addrs)
+		for i, rf := range refs {
+			f := res.Threads[rf.th].Frames[rf.fr]
+			if d := sameAsAddr2line(f.Locations, want[i]); d != "" {
+				t.Errorf("thread %d frame %d pc %v (%s+%#x):\n%s", res.Threads[rf.th].TID, rf.fr, f.PC, file, addrs[i], d)
+				continue
+			}
+			nA2L++
+			if len(f.Locations) > 1 {
+				nInlined++
+			}
+		}
+	}
+	if nA2L == 0 {
+		t.Error("no frame compared with addr2line")
+	}
+
+	// gdb's function names, crashed thread; frames are matched by PC.
+	core, _ := fixture.Core(t, b, scenario)
+	want := fixture.Oracle(t, b, core)
+	var crashed *Thread
+	for i := range res.Threads {
+		if res.Threads[i].Crashed {
+			crashed = &res.Threads[i]
+		}
+	}
+	for _, wt := range want.Threads {
+		if !wt.Crashed || crashed == nil {
+			continue
+		}
+		var wf []fixture.Frame
+		for _, f := range wt.Frames {
+			if f.Error == "" {
+				wf = append(wf, f)
+			}
+		}
+		if len(wf) < len(crashed.Frames) {
+			t.Fatalf("gdb has %d frames, the report %d", len(wf), len(crashed.Frames))
+		}
+		for i, f := range crashed.Frames {
+			w := wf[i]
+			if crashed.Elided > 0 && i >= crashed.ElidedAt {
+				w = wf[len(wf)-(len(crashed.Frames)-i)]
+			}
+			if w.PC != f.PC.String() {
+				t.Fatalf("frame %d: pc %v, gdb %s", i, f.PC, w.PC)
+			}
+			if w.Function == "" || res.Modules[f.Module].DebugFile == "" && f.Module != progMod {
+				// gdb names frames of libraries without debug files from
+				// their symbol tables with its own heuristics (it also
+				// reads the unstripped program): not compared.
+				continue
+			}
+			got := ""
+			if n := len(f.Locations); n > 0 {
+				got = f.Locations[n-1].Function
+			}
+			if stripParams(got) != stripParams(w.Function) && !aliases(t, b, f, got, w.Function) {
+				t.Errorf("crashed thread frame %d pc %v: function %q, gdb %q", i, f.PC, got, w.Function)
+				continue
+			}
+			nGDB++
+		}
+	}
+	return
+}
+
+// TestInlinedO2 compares addresses all over an -O2 program with nested
+// inlined calls, DWARF 5 and DWARF 4, x86_64 and aarch64.
+func TestInlinedO2(t *testing.T) {
+	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+	n := 0
+	for _, cc := range []string{"gcc", "aarch64-linux-gnu-gcc"} {
+		for _, dw := range []string{"-gdwarf-5", "-gdwarf-4"} {
+			for _, z := range []string{"", "-gz"} {
+				cc, dw, z := cc, dw, z
+				t.Run(cc+dw+z, func(t *testing.T) {
+					need(t, cc, "addr2line")
+					exe := filepath.Join(t.TempDir(), "inline")
+					args := []string{"-O2", dw, "-o", exe, src}
+					if z != "" {
+						args = append(args, z)
+					}
+					run(t, cc, args...)
+					n += compareText(t, exe)
+				})
+			}
+		}
+	}
+	t.Logf("%d addresses equal addr2line", n)
+}
+
+// compareText symbolizes every other byte of an executable's own code
+// (main, work: the functions with inlined calls) against addr2line.
+func compareText(t *testing.T, exe string) int {
+	ef, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef.Close()
+	var addrs []uint64
+	inl := 0
+	for _, s := range syms {
+		if s.Name == "main" || s.Name == "work" {
+			for a := s.Value; a < s.Value+s.Size; a += 2 {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		t.Fatal("no main/work symbols")
+	}
+	s := New(Options{Sysroot: "/"})
+	defer s.Close()
+	m := report.Module{Path: exe}
+	mod := s.module(m)
+	if mod.dwarf == nil {
+		t.Fatalf("no DWARF read: %s %v", mod.status, mod.notes)
+	}
+	want := addr2line(t, exe, addrs)
+	bad := 0
+	for i, a := range addrs {
+		got := mod.lookup(a)
+		if len(got) > 1 {
+			inl++
+		}
+		if d := sameAsAddr2line(got, want[i]); d != "" {
+			if bad++; bad < 10 {
+				t.Errorf("%#x:\n%s", a, d)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d addresses differ", bad, len(addrs))
+	}
+	if inl == 0 {
+		t.Error("no inlined call seen: the test program did not inline")
+	}
+	return len(addrs) - bad
+}
+
+// layoutReport returns the fixture report with the program renamed to
+// /usr/bin/NAME, as on a board, and the index of its module.
+func layoutReport(t *testing.T, arch, variant, scenario string) (*report.Report, fixture.Binary, int) {
+	dir := fixture.Build(t, arch)
+	b := fixture.Binary{Arch: arch, Variant: variant, Prog: "crash", Dir: dir}
+	r := crashReport(t, b, scenario)
+	for i := range r.Modules {
+		if r.Modules[i].Path == b.Stripped() {
+			r.Modules[i].Path = "/usr/bin/crash"
+			r.Exe = "/usr/bin/crash"
+			return r, b, i
+		}
+	}
+	t.Fatal("program module missing")
+	return nil, b, 0
+}
+
+func hostArch() string {
+	if fixture.Native("aarch64") {
+		return "aarch64"
+	}
+	return "x86_64"
+}
+
+// programFrames returns the program's frames of the crashed thread.
+func programFrames(res *Result, mod int) []Frame {
+	var out []Frame
+	for _, th := range res.Threads {
+		if !th.Crashed {
+			continue
+		}
+		for _, f := range th.Frames {
+			if f.Module == mod {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+func locsString(f Frame) string {
+	var b strings.Builder
+	for _, l := range f.Locations {
+		fmt.Fprintf(&b, "%s@%s:%d;", l.Function, l.File, l.Line)
+	}
+	return b.String()
+}
+
+// TestLayouts finds the program's debug file in each layout users have:
+// a build-id tree, <debugdir>/<path>.debug (Yocto -dbg, debug-file-directory
+// style), <dir>/.debug/<base> in the sysroot (Yocto's "." style), and
+// .gnu_debuglink next to the binary; all give the same symbols.
+func TestLayouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	need(t, "objcopy")
+	arch := hostArch()
+	r, b, pm := layoutReport(t, arch, "O2-dynamic", "nullwrite")
+	var ref string
+	for _, layout := range []string{"build-id", "debug-dir", ".debug", ".debug-suffixed", "debuglink"} {
+		layout := layout
+		t.Run(layout, func(t *testing.T) {
+			root, dbg := t.TempDir(), t.TempDir()
+			opts := Options{Sysroot: root, DebugDirs: []string{dbg}}
+			switch layout {
+			case "build-id":
+				buildIDTree(t, dbg, b.Unstripped())
+			case "debug-dir":
+				onlyKeepDebug(t, b.Unstripped(), filepath.Join(dbg, "usr/bin/crash.debug"))
+			case ".debug":
+				copyFile(t, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash"))
+			case ".debug-suffixed":
+				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash.debug"))
+			case "debuglink":
+				dbgFile := filepath.Join(root, "usr/bin/crash.dbg")
+				onlyKeepDebug(t, b.Unstripped(), dbgFile)
+				os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+				objcopy(t, "--add-gnu-debuglink="+dbgFile, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+			}
+			s := New(opts)
+			defer s.Close()
+			res := s.Symbolize(r)
+			m := res.Modules[pm]
+			wantHow := map[string]string{".debug-suffixed": ".debug"}[layout]
+			if wantHow == "" {
+				wantHow = layout
+			}
+			if m.DebugHow != wantHow {
+				t.Fatalf("debug file %q found by %q, want %q (status %q, mismatches %v)", m.DebugFile, m.DebugHow, wantHow, m.Status, m.Mismatches)
+			}
+			var got strings.Builder
+			for _, f := range programFrames(res, pm) {
+				got.WriteString(locsString(f) + "\n")
+			}
+			if !strings.Contains(got.String(), "null_write@") || !strings.Contains(got.String(), "nw3@") {
+				t.Errorf("program frames:\n%s", got.String())
+			}
+			if ref == "" {
+				ref = got.String()
+			} else if got.String() != ref {
+				t.Errorf("layout %s:\n%s\nbuild-id tree:\n%s", layout, got.String(), ref)
+			}
+		})
+	}
+
+	// A debuglink whose CRC does not match is refused.
+	t.Run("debuglink-crc", func(t *testing.T) {
+		root := t.TempDir()
+		dbgFile := filepath.Join(root, "usr/bin/crash.dbg")
+		onlyKeepDebug(t, b.Unstripped(), dbgFile)
+		objcopy(t, "--add-gnu-debuglink="+dbgFile, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+		f, _ := os.OpenFile(dbgFile, os.O_APPEND|os.O_WRONLY, 0)
+		f.Write([]byte("tampered"))
+		f.Close()
+		s := New(Options{Sysroot: root})
+		defer s.Close()
+		res := s.Symbolize(r)
+		m := res.Modules[pm]
+		if m.DebugFile != "" || !strings.Contains(strings.Join(m.Mismatches, " "), "CRC") {
+			t.Errorf("tampered debuglink file used: %+v", m)
+		}
+	})
+}
+
+// TestMismatchAndMissing: a debug file of another build is refused and
+// said so; a missing one is said so; other modules are still symbolized.
+func TestMismatchAndMissing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	need(t, "objcopy")
+	arch := hostArch()
+	r, b, pm := layoutReport(t, arch, "O0-dynamic", "nullwrite")
+	id := strings.ToLower(r.Modules[pm].BuildID)
+	other := fixture.Binary{Arch: b.Arch, Variant: "O2-dynamic", Prog: "crash", Dir: b.Dir}
+
+	for _, tc := range []struct{ name, want string }{
+		{"mismatch", "mismatch"},
+		{"missing", "no debug info for /usr/bin/crash build-id " + id[:12]},
+	} {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			dbg := t.TempDir()
+			if tc.name == "mismatch" {
+				// Another build's debug file where this build's belongs.
+				onlyKeepDebug(t, other.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug"))
+				onlyKeepDebug(t, other.Unstripped(), filepath.Join(dbg, "usr/bin/crash.debug"))
+			}
+			s := New(Options{Sysroot: fixture.Sysroot(arch), DebugDirs: []string{dbg}})
+			defer s.Close()
+			res := s.Symbolize(r)
+			if st := res.Modules[pm].Status; !strings.Contains(st, tc.want) {
+				t.Errorf("status %q, want it to say %q", st, tc.want)
+			}
+			frames := programFrames(res, pm)
+			if len(frames) == 0 {
+				t.Fatal("no program frames")
+			}
+			for _, f := range frames {
+				if len(f.Locations) > 0 || !strings.Contains(f.Error, tc.want) {
+					t.Errorf("frame %v: locations %v, error %q", f.PC, f.Locations, f.Error)
+				}
+			}
+			var text bytes.Buffer
+			WriteText(&text, res)
+			if !strings.Contains(text.String(), "in ?? (no debug info for /usr/bin/crash build-id") {
+				t.Errorf("text output:\n%s", text.String())
+			}
+			// Library frames (libc) still have symbols, from their own
+			// symbol tables at least.
+			named := 0
+			for _, th := range res.Threads {
+				for _, f := range th.Frames {
+					if f.Module != pm && len(f.Locations) > 0 && f.Locations[0].Function != "" {
+						named++
+					}
+				}
+			}
+			if named == 0 {
+				t.Errorf("no library frame symbolized:\n%s", text.String())
+			}
+		})
+	}
+}
+
+// TestMiniDebugInfo: a stripped program with .gnu_debugdata (an xz ELF
+// with the .symtab) gets function names without any debug file.
+func TestMiniDebugInfo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	need(t, "objcopy", "xz")
+	arch := hostArch()
+	r, b, pm := layoutReport(t, arch, "O0-dynamic", "nullwrite")
+	root, work := t.TempDir(), t.TempDir()
+	mini := filepath.Join(work, "mini")
+	objcopy(t, "--only-keep-debug", b.Unstripped(), mini)
+	objcopy(t, "--strip-debug", "--remove-section=.comment", mini)
+	run(t, "xz", "-k", mini)
+	os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+	objcopy(t, "--add-section", ".gnu_debugdata="+mini+".xz", b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+
+	s := New(Options{Sysroot: root})
+	defer s.Close()
+	res := s.Symbolize(r)
+	m := res.Modules[pm]
+	if m.DebugFile != "" || !strings.Contains(m.Symbols, ".gnu_debugdata") {
+		t.Fatalf("module: %+v", m)
+	}
+	var names []string
+	for _, f := range programFrames(res, pm) {
+		if len(f.Locations) != 1 || f.Locations[0].Source != m.Symbols {
+			t.Errorf("frame %v: %+v", f.PC, f.Locations)
+			continue
+		}
+		names = append(names, f.Locations[0].Function)
+	}
+	want := "null_write nw3 nw2 nw1 main"
+	if got := strings.Join(names, " "); !strings.HasPrefix(got, want) {
+		t.Errorf("functions %q, want %q…", got, want)
+	}
+}
+
+// TestCodeID: a module identified by its code ID (no GNU build ID) is
+// verified with handler/module's definition.
+func TestCodeID(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mf, err := hmodule.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := mf.CodeID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := openELF(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.codeID != want {
+		t.Fatalf("code id %s, handler says %s", e.codeID, want)
+	}
+	m := report.Module{Path: exe, BuildID: want, BuildIDKind: "code"}
+	if err := verify(m, e); err != nil {
+		t.Error(err)
+	}
+	m.BuildID = strings.Repeat("0", 32)
+	if err := verify(m, e); err == nil {
+		t.Error("wrong code id accepted")
+	}
+}
+
+func TestDebuglinkParse(t *testing.T) {
+	b := []byte("crash.debug\x00\x78\x56\x34\x12")
+	name, crc, ok := parseDebuglink(b, binary.LittleEndian)
+	if !ok || name != "crash.debug" || crc != 0x12345678 {
+		t.Errorf("got %q %#x %v", name, crc, ok)
+	}
+	for _, bad := range []string{"", "\x00\x00\x00\x00\x00", "a/b\x00\x00\x00\x00\x00\x00\x00", "x\x00\x00"} {
+		if _, _, ok := parseDebuglink([]byte(bad), binary.LittleEndian); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestUnder(t *testing.T) {
+	for _, c := range [][3]string{
+		{"/sys", "/usr/bin/x", "/sys/usr/bin/x"},
+		{"/sys", "/../../etc/passwd", "/sys/etc/passwd"},
+		{"", "/lib/libc.so.6", "/lib/libc.so.6"},
+	} {
+		if got := under(c[0], c[1]); got != c[2] {
+			t.Errorf("under(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}
+
+// aliases reports whether two names are symbols at one address of the
+// program (raise and gsignal): gdb prefers global symbols, addr2line and
+// we the first in the table.
+func aliases(t *testing.T, b fixture.Binary, f Frame, a, c string) bool {
+	ef, err := elf.Open(b.Unstripped())
+	if err != nil {
+		return false
+	}
+	defer ef.Close()
+	syms, _ := ef.Symbols()
+	at := map[string]uint64{}
+	for _, s := range syms {
+		at[s.Name] = s.Value
+	}
+	va, oka := at[a]
+	vc, okc := at[c]
+	return oka && okc && va == vc
+}

@@ -1,0 +1,115 @@
+package symbolize
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// WriteText prints a symbolized report in the style of gdb's bt, one
+// block per thread, the crashed thread first:
+//
+//	#0  0x00005555555551f7 in nw3 at crash.c:26 [context]
+//	#1  0x0000555555555218 in inl at crash.c:30 (inlined)
+//	    0x0000555555555218 in nw2 at crash.c:35 [cfi]
+//	#2  0x00007ffff7df024a in __libc_start_call_main+0x7a from /lib/libc.so.6 [cfi]
+//	#3  0x00007ffff7df0305 in ?? (no debug info for /lib/libc.so.6 build-id ab12…) [cfi]
+func WriteText(w io.Writer, res *Result) error {
+	var b strings.Builder
+	r := res.Report
+	fmt.Fprintf(&b, "report %s: pid %d (%s) %s", r.ID, r.PID, r.Comm, r.Signal.Name)
+	if r.Signal.CodeName != "" {
+		fmt.Fprintf(&b, " %s", r.Signal.CodeName)
+	}
+	if r.Signal.FaultAddr != nil {
+		fmt.Fprintf(&b, " at %v", *r.Signal.FaultAddr)
+	}
+	fmt.Fprintf(&b, "\n  exe %s, %s, kernel %s\n", r.Exe, r.Arch, r.Kernel)
+	if r.Partial {
+		b.WriteString("  PARTIAL report\n")
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(&b, "  error: %s\n", e)
+	}
+	for _, m := range res.Modules {
+		switch {
+		case m.Status != "":
+			fmt.Fprintf(&b, "  warning: %s\n", m.Status)
+		case len(m.Mismatches) > 0 && m.DebugFile == "":
+			fmt.Fprintf(&b, "  warning: %s: no debug info (symbols from %s); refused: %s\n", m.Path, m.Symbols, strings.Join(m.Mismatches, "; "))
+		}
+		for _, n := range m.Notes {
+			fmt.Fprintf(&b, "  note: %s: %s\n", m.Path, n)
+		}
+	}
+	width := 16
+	if r.Arch == "arm" {
+		width = 8
+	}
+	order := make([]int, 0, len(res.Threads))
+	for i, t := range res.Threads {
+		if t.Crashed {
+			order = append(order, i)
+		}
+	}
+	for i, t := range res.Threads {
+		if !t.Crashed {
+			order = append(order, i)
+		}
+	}
+	for _, ti := range order {
+		t := res.Threads[ti]
+		mark := ""
+		if t.Crashed {
+			mark = " (crashed)"
+		}
+		fmt.Fprintf(&b, "\nThread %d %q%s:\n", t.TID, t.Name, mark)
+		for i, f := range t.Frames {
+			if t.Elided > 0 && i == t.ElidedAt {
+				fmt.Fprintf(&b, "    ... %d frames elided ...\n", t.Elided)
+			}
+			num := fmt.Sprintf("#%-2d", i)
+			pc := fmt.Sprintf("0x%0*x", width, uint64(f.PC))
+			if len(f.Locations) == 0 {
+				why := f.Error
+				if why == "" {
+					why = "no symbol"
+				}
+				fmt.Fprintf(&b, "%s %s in ?? (%s) [%s]\n", num, pc, why, f.Method)
+				continue
+			}
+			for j, l := range f.Locations {
+				if j > 0 {
+					num = strings.Repeat(" ", len(num))
+				}
+				fn := l.Function
+				if fn == "" {
+					fn = "??"
+				}
+				var where string
+				switch {
+				case l.File != "":
+					where = fmt.Sprintf(" at %s:%d", path.Base(l.File), l.Line)
+				case l.Offset != nil:
+					fn += fmt.Sprintf("+%#x", uint64(*l.Offset))
+				}
+				if l.File == "" && f.Module >= 0 && f.Module < len(r.Modules) {
+					where += " from " + r.Modules[f.Module].Path
+				}
+				tail := fmt.Sprintf(" [%s]", f.Method)
+				if l.Inlined {
+					tail = " (inlined)"
+				}
+				fmt.Fprintf(&b, "%s %s in %s%s%s\n", num, pc, fn, where, tail)
+			}
+		}
+		fmt.Fprintf(&b, "    (stop: %s", t.StopReason)
+		if t.StopDetail != "" {
+			fmt.Fprintf(&b, ": %s", t.StopDetail)
+		}
+		b.WriteString(")\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
