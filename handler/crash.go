@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
@@ -42,6 +43,9 @@ type crash struct {
 	signal     int
 
 	results map[int]unwind.Result // by tid
+
+	dropped map[string]int // crashes not reported since the previous report
+	policy  admit.Policy
 }
 
 func (c *crash) errorf(format string, args ...any) {

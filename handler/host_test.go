@@ -65,7 +65,7 @@ func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
 	os.Mkdir(qdir, 0o700)
 	os.Mkdir(saveDir, 0o700)
 	cfg = filepath.Join(dir, "unwound.toml")
-	text := fmt.Sprintf("[handler]\nfreeze_budget = \"4s\"\nsave_core_dir = %q\n[queue]\ndir = %q\nallow_volatile = true\nmax_entries = 1000\nmax_bytes_kib = 65536\n[rate_limit]\ncount = 0\n", saveDir, qdir)
+	text := fmt.Sprintf("[handler]\nfreeze_budget = \"4s\"\nsave_core_dir = %q\n[queue]\ndir = %q\nallow_volatile = true\nmax_entries = 1000\nmax_bytes_kib = 65536\n[rate_limit]\ncount = 0\nmax_concurrent = 64\nstate_dir = %q\n", saveDir, qdir, filepath.Join(dir, "run"))
 	if saveDir == "" {
 		text = strings.Replace(text, "save_core_dir", "#", 1)
 	}

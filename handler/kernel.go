@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
@@ -60,6 +61,27 @@ func RunKernel(o KernelOptions) int {
 		o.Stdin.Close()
 		return 0
 	}
+	// Admission, from argv alone, before any heavy work. Under a crash
+	// storm, a handler the OOM killer takes first is better than a service.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	pol := admit.Policy{Dir: cfg.RateLimit.StateDir, Count: cfg.RateLimit.Count, Window: cfg.RateLimit.Window.D(),
+		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
+	exeKey := ka.Exe
+	if exeKey == "" {
+		exeKey = ka.Comm
+	}
+	ticket, admErr := admit.Check(pol, exeKey)
+	var dropped *admit.ErrDropped
+	if errors.As(admErr, &dropped) {
+		// Closing stdin ends the dump at once and frees the process.
+		o.Stdin.Close()
+		lg.Warnf("pid %d (%s): %v", ka.PID, ka.Exe, admErr)
+		return 0
+	}
+	if admErr != nil {
+		lg.Warnf("%v", admErr)
+	}
+	defer ticket.Release()
 
 	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
 		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}}
@@ -70,6 +92,8 @@ func RunKernel(o KernelOptions) int {
 		c.errs = append(c.errs, argErr.Error())
 	}
 
+	c.dropped = ticket.Dropped
+	c.policy = pol
 	in, release, saved := c.openStdin(o.Stdin, deadline)
 	if saved != nil {
 		// Debug mode: the whole core goes to the file first, so the
@@ -284,6 +308,10 @@ func (c *crash) minimalReport() *report.Report {
 
 // store writes the report into the queue.
 func (c *crash) store(r *report.Report) int {
+	if len(c.dropped) > 0 {
+		r.Dropped = c.dropped
+		c.log.Warnf("crashes not reported since the previous report: %v", c.dropped)
+	}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
 		r.Handler.MaxRSSKiB = int64(ru.Maxrss) // int32 on 32-bit ARM
@@ -302,11 +330,17 @@ func (c *crash) store(r *report.Report) int {
 	})
 	if err != nil {
 		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		c.lost("queue_unusable")
 		return 0
 	}
 	res, err := q.Put(z, r.BootID)
 	if err != nil {
 		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		if errors.Is(err, queue.ErrFull) {
+			c.lost("queue_full")
+		} else {
+			c.lost("write_error")
+		}
 		return 0
 	}
 	for _, e := range res.Evicted {
@@ -320,4 +354,14 @@ func (c *crash) store(r *report.Report) int {
 	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
+}
+
+// lost counts a report that could not be stored, and gives back the drops
+// it carried, so the next report says both.
+func (c *crash) lost(reason string) {
+	if c.policy.Dir == "" {
+		return
+	}
+	admit.Restore(c.policy, c.dropped)
+	admit.Drop(c.policy, reason)
 }

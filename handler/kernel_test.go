@@ -73,7 +73,7 @@ func TestKernelModeLive(t *testing.T) {
 	qdir := filepath.Join(dir, "queue")
 	os.Mkdir(qdir, 0o700)
 	cfgPath := filepath.Join(dir, "unwound.toml")
-	os.WriteFile(cfgPath, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n"), 0o644)
+	os.WriteFile(cfgPath, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"), 0o644)
 
 	f, err := os.Open(core)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/queue"
@@ -68,7 +69,7 @@ func runKernelOn(t *testing.T, core []byte, args []string, extraCfg string) *rep
 	qdir := filepath.Join(dir, "q")
 	os.Mkdir(qdir, 0o700)
 	cfg := filepath.Join(dir, "u.toml")
-	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n"+extraCfg), 0o644)
+	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"+extraCfg), 0o644)
 	r, w, _ := os.Pipe()
 	go func() {
 		w.Write(core)
@@ -211,4 +212,46 @@ func TestCorePatternFlag(t *testing.T) {
 		t.Errorf("got %q, want %q", out, want)
 	}
 	_ = strconv.Itoa
+}
+
+// A crash loop is rate-limited per executable: crashes over the limit end
+// their dump at once, are counted, and the next report says how many.
+func TestCrashLoopIsRateLimited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs fixtures")
+	}
+	_, core, _ := x86Core(t, "O2-dynamic", "nullwrite")
+	full, _ := os.ReadFile(core)
+	dir := t.TempDir()
+	qdir := filepath.Join(dir, "q")
+	os.Mkdir(qdir, 0o700)
+	cfg := filepath.Join(dir, "u.toml")
+	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\ncount = 2\nwindow = \"2s\"\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"), 0o644)
+	args := []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!loop", "loop"}
+	crash := func() {
+		r, w, _ := os.Pipe()
+		go func() {
+			w.Write(full) // fails early when the handler drops the crash
+			w.Close()
+		}()
+		RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: r, Log: NewLogger(io.Discard)})
+	}
+	for i := 0; i < 5; i++ {
+		crash()
+	}
+	q, _ := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	if es, _ := q.List(); len(es) != 2 {
+		t.Fatalf("%d reports from a loop of 5 crashes, limit 2", len(es))
+	}
+	time.Sleep(3 * time.Second) // the window passes
+	crash()
+	es, _ := q.List()
+	z, _ := q.Read(es[len(es)-1].Name)
+	r, err := report.Decode(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Dropped["rate_limit"]+r.Dropped["rate_limit_executable"] != 3 {
+		t.Errorf("dropped %v, want the 3 crashes over the limit", r.Dropped)
+	}
 }

@@ -67,6 +67,8 @@ dir = "/var/lib/unwound/queue"
 allow_volatile = true
 max_entries = 1000
 max_bytes_kib = 65536
+[rate_limit]
+count = 0
 `))
 	hostRoot := filepath.Join(work, "root")
 	if err := AddGlibc(r, arch, hostRoot); err != nil {

@@ -76,6 +76,7 @@ type RateLimit struct {
 	Window        Duration `toml:"window"`
 	PerExecutable bool     `toml:"per_executable"`
 	MaxConcurrent int      `toml:"max_concurrent"`
+	StateDir      string   `toml:"state_dir"` // volatile: counters and slots
 }
 
 // Upload configures the uploader's transport.
@@ -124,6 +125,7 @@ func Default() *Config {
 			Window:        Duration(time.Hour),
 			PerExecutable: true,
 			MaxConcurrent: 2,
+			StateDir:      "/run/unwound",
 		},
 		Upload: Upload{
 			Transport: "http",
@@ -343,6 +345,9 @@ func (c *Config) check() []problem {
 	rng("rate_limit.count", r.Count, 0, 1<<20)
 	pos("rate_limit.window", r.Window)
 	rng("rate_limit.max_concurrent", r.MaxConcurrent, 1, 64)
+	if !strings.HasPrefix(r.StateDir, "/") {
+		ps = append(ps, problem{"rate_limit.state_dir", fmt.Sprintf("%q: want an absolute path", r.StateDir)})
+	}
 	u := &c.Upload
 	oneOf("upload.transport", u.Transport, "http", "serial")
 	pos("upload.interval", u.Interval)

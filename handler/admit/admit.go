@@ -1,0 +1,238 @@
+// Package admit decides, right after the handler starts and before any
+// heavy work, whether a crash is reported: a crash loop must not fill or
+// wear out the flash, and a storm of handlers must not bring the board
+// down. State lives in a volatile directory (/run/unwound): counting on
+// the queue's entries fails once the uploader has removed them.
+//
+// Two bounds: at most MaxConcurrent handlers at once (flock slots), and at
+// most Count reports per Window for the whole board and, with
+// PerExecutable, for each program (keyed by its path, not by its thread
+// name, which the program can change). A crash over a bound is counted by
+// reason; the counts go into the next report that is admitted.
+package admit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Policy bounds admission.
+type Policy struct {
+	Dir           string // state directory, created if missing (it is volatile)
+	Count         int    // reports per Window; 0: no rate limit
+	Window        time.Duration
+	PerExecutable bool
+	MaxConcurrent int // 0: no cap
+}
+
+// Drop reasons.
+const (
+	ReasonConcurrency = "concurrency"
+	ReasonRateGlobal  = "rate_limit"
+	ReasonRateExe     = "rate_limit_executable"
+)
+
+// Ticket is an admitted crash: it holds a concurrency slot until Release,
+// and carries the drops counted since the previous report.
+type Ticket struct {
+	Dropped map[string]int
+	slot    *os.File
+}
+
+// Release frees the concurrency slot.
+func (t *Ticket) Release() {
+	if t != nil && t.slot != nil {
+		t.slot.Close()
+		t.slot = nil
+	}
+}
+
+// ErrDropped wraps the reason a crash is not reported.
+type ErrDropped struct{ Reason string }
+
+func (e *ErrDropped) Error() string { return "crash not reported: " + e.Reason }
+
+// state is the rate file: boot-time seconds of recent reports.
+type state struct {
+	Global  []int64            `json:"global"`
+	PerExe  map[string][]int64 `json:"per_exe"`
+	Dropped map[string]int     `json:"dropped"`
+}
+
+// now is CLOCK_BOOTTIME: it does not jump when NTP sets the wall clock,
+// and the state dies with the boot anyway (/run is a tmpfs).
+var now = func() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return time.Now().Unix()
+	}
+	return ts.Sec
+}
+
+// Check admits or drops a crash of the program exe.
+func Check(p Policy, exe string) (*Ticket, error) {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return &Ticket{}, fmt.Errorf("admission state %s: %w (admitting)", p.Dir, err)
+	}
+	t := &Ticket{}
+	if p.MaxConcurrent > 0 {
+		slot, err := takeSlot(p.Dir, p.MaxConcurrent)
+		if err != nil {
+			record(p.Dir, ReasonConcurrency)
+			return nil, &ErrDropped{ReasonConcurrency}
+		}
+		t.slot = slot
+	}
+	lock, err := flock(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
+	if err != nil {
+		return t, fmt.Errorf("admission lock: %w (admitting)", err)
+	}
+	defer lock.Close()
+	st := load(p.Dir)
+	n := now()
+	keep := func(ts []int64) []int64 {
+		var out []int64
+		for _, x := range ts {
+			if n-x < int64(p.Window/time.Second) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	st.Global = keep(st.Global)
+	key := exeKey(exe)
+	for k, v := range st.PerExe {
+		if v = keep(v); len(v) == 0 {
+			delete(st.PerExe, k)
+		} else {
+			st.PerExe[k] = v
+		}
+	}
+	if p.Count > 0 {
+		reason := ""
+		if len(st.Global) >= p.Count {
+			reason = ReasonRateGlobal
+		} else if p.PerExecutable && len(st.PerExe[key]) >= p.Count {
+			reason = ReasonRateExe
+		}
+		if reason != "" {
+			st.Dropped[reason]++
+			save(p.Dir, st)
+			t.Release()
+			return nil, &ErrDropped{reason}
+		}
+	}
+	st.Global = append(st.Global, n)
+	st.PerExe[key] = append(st.PerExe[key], n)
+	if len(st.Dropped) > 0 {
+		t.Dropped = st.Dropped
+		st.Dropped = map[string]int{}
+	}
+	if err := save(p.Dir, st); err != nil {
+		return t, fmt.Errorf("admission state: %w", err)
+	}
+	return t, nil
+}
+
+// Restore gives drops back to the state when the report that carried them
+// could not be written, so they are not lost.
+func Restore(p Policy, dropped map[string]int) {
+	if len(dropped) == 0 {
+		return
+	}
+	lock, err := flock(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	st := load(p.Dir)
+	for k, v := range dropped {
+		st.Dropped[k] += v
+	}
+	save(p.Dir, st)
+}
+
+// Drop counts a crash lost for another reason (queue full, …).
+func Drop(p Policy, reason string) { record(p.Dir, reason) }
+
+func record(dir, reason string) {
+	lock, err := flock(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	st := load(dir)
+	st.Dropped[reason]++
+	save(dir, st)
+}
+
+func exeKey(exe string) string {
+	h := sha256.Sum256([]byte(exe))
+	return hex.EncodeToString(h[:8])
+}
+
+func takeSlot(dir string, n int) (*os.File, error) {
+	for i := 0; i < n; i++ {
+		f, err := flock(filepath.Join(dir, fmt.Sprintf("slot.%d", i)), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+	}
+	return nil, errors.New("every slot is taken")
+}
+
+func flock(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// maxState bounds the state file: a hostile or corrupt one is reset.
+const maxState = 256 << 10
+
+func load(dir string) *state {
+	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
+	b, err := os.ReadFile(filepath.Join(dir, "rate.json"))
+	if err != nil || len(b) > maxState || json.Unmarshal(b, st) != nil {
+		return &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
+	}
+	if st.PerExe == nil {
+		st.PerExe = map[string][]int64{}
+	}
+	if st.Dropped == nil {
+		st.Dropped = map[string]int{}
+	}
+	return st
+}
+
+func save(dir string, st *state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "rate.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "rate.json"))
+}

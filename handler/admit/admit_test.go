@@ -1,0 +1,91 @@
+package admit
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+func TestRateLimitGlobalAndPerExecutable(t *testing.T) {
+	clock := int64(1000)
+	now = func() int64 { return clock }
+	p := Policy{Dir: t.TempDir(), Count: 2, Window: time.Hour, PerExecutable: true}
+	for i := 0; i < 2; i++ {
+		tk, err := Check(p, "/usr/bin/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+	}
+	var d *ErrDropped
+	if _, err := Check(p, "/usr/bin/a"); !errors.As(err, &d) || d.Reason != ReasonRateGlobal {
+		t.Fatalf("third crash: %v", err)
+	}
+	clock += 3600 // the window passed
+	tk, err := Check(p, "/usr/bin/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Dropped[ReasonRateGlobal] != 1 {
+		t.Errorf("the next report must carry the drop: %v", tk.Dropped)
+	}
+	tk.Release()
+	p.Count = 1
+	clock += 3600
+	Check(p, "/usr/bin/a")
+	p.Count = 5
+	if _, err := Check(p, "/usr/bin/a"); err != nil {
+		t.Errorf("per-executable: %v", err)
+	}
+}
+
+func TestPerExecutableLimit(t *testing.T) {
+	now = func() int64 { return 5000 }
+	p := Policy{Dir: t.TempDir(), Count: 2, Window: time.Hour, PerExecutable: true}
+	Check(p, "/usr/bin/loop")
+	Check(p, "/usr/bin/loop")
+	var d *ErrDropped
+	if _, err := Check(p, "/usr/bin/loop"); !errors.As(err, &d) {
+		t.Fatalf("crash loop not limited: %v", err)
+	}
+}
+
+func TestConcurrencySlots(t *testing.T) {
+	now = func() int64 { return 1 }
+	p := Policy{Dir: t.TempDir(), MaxConcurrent: 2}
+	a, err1 := Check(p, "x")
+	b, err2 := Check(p, "x")
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	var d *ErrDropped
+	if _, err := Check(p, "x"); !errors.As(err, &d) || d.Reason != ReasonConcurrency {
+		t.Fatalf("third concurrent handler admitted: %v", err)
+	}
+	a.Release()
+	c, err := Check(p, "x")
+	if err != nil {
+		t.Fatalf("slot not freed: %v", err)
+	}
+	if c.Dropped[ReasonConcurrency] != 1 {
+		t.Errorf("drop not carried: %v", c.Dropped)
+	}
+	b.Release()
+	c.Release()
+}
+
+func TestCorruptStateIsReset(t *testing.T) {
+	p := Policy{Dir: t.TempDir(), Count: 1, Window: time.Hour}
+	save(p.Dir, &state{Global: []int64{1}})
+	if err := writeGarbage(p.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(p, "x"); err != nil {
+		t.Errorf("corrupt state: %v", err)
+	}
+}
+
+func writeGarbage(dir string) error {
+	return os.WriteFile(dir+"/rate.json", []byte("{not json"), 0o600)
+}
