@@ -162,7 +162,7 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		return nil, nil // static: nothing else is loaded
 	}
 	ps := uint64(c.arch.PtrSize)
-	read := func(addr uint64) (uint64, error) { return readWord(c.mem, c.arch, addr) }
+	read := func(addr uint64) (uint64, error) { return c.arch.ReadPtr(c.mem, addr) }
 	var rdebug uint64
 	for i := uint64(0); i < dyn.Memsz/(2*ps) && i < 1024; i++ {
 		tag, err := read(dyn.Vaddr + bias + 2*ps*i)
@@ -214,18 +214,6 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		mods = append(mods, m)
 	}
 	return mods, nil
-}
-
-func readWord(mem io.ReaderAt, a *arch.Arch, addr uint64) (uint64, error) {
-	var b [8]byte
-	p := b[:a.PtrSize]
-	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
-		return 0, err
-	}
-	if a.PtrSize == 4 {
-		return uint64(a.Order.Uint32(p)), nil
-	}
-	return a.Order.Uint64(p), nil
 }
 
 func readCString(mem io.ReaderAt, addr uint64, max int) string {

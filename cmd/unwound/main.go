@@ -108,20 +108,7 @@ func decode(args []string) error {
 // summary prints a report the way a backtrace reads, without symbols.
 func summary(w io.Writer, r *report.Report) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "report %s: pid %d (%s) %s", r.ID, r.PID, r.Comm, r.Signal.Name)
-	if r.Signal.CodeName != "" {
-		fmt.Fprintf(&b, " %s", r.Signal.CodeName)
-	}
-	if r.Signal.FaultAddr != nil {
-		fmt.Fprintf(&b, " at %v", *r.Signal.FaultAddr)
-	}
-	fmt.Fprintf(&b, "\n  exe %s, %s, kernel %s\n", r.Exe, r.Arch, r.Kernel)
-	if r.Partial {
-		b.WriteString("  PARTIAL report\n")
-	}
-	for _, e := range r.Errors {
-		fmt.Fprintf(&b, "  error: %s\n", e)
-	}
+	b.WriteString(r.Summary())
 	for _, t := range r.Threads {
 		mark := ""
 		if t.Crashed {

@@ -10,6 +10,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"github.com/unwound-dev/unwound/handler/prologue"
 	"github.com/unwound-dev/unwound/handler/regs"
@@ -134,4 +135,17 @@ func (a *Arch) StripPAC(v, mask uint64) uint64 {
 		mask = 0xffff_0000_0000_0000
 	}
 	return v &^ mask
+}
+
+// ReadPtr reads one pointer-sized word at addr.
+func (a *Arch) ReadPtr(mem io.ReaderAt, addr uint64) (uint64, error) {
+	var b [8]byte
+	p := b[:a.PtrSize]
+	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
+		return 0, err
+	}
+	if a.PtrSize == 4 {
+		return uint64(a.Order.Uint32(p)), nil
+	}
+	return a.Order.Uint64(p), nil
 }

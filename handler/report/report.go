@@ -187,3 +187,27 @@ func (r *Report) Crashed() *Thread {
 func (r *Report) MarshalIndent() ([]byte, error) {
 	return json.MarshalIndent(r, "", "  ")
 }
+
+// Summary is the head of a text rendering: the report, the signal, the
+// program, and what went wrong while making it.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "report %s: pid %d (%s) %s", r.ID, r.PID, r.Comm, r.Signal.Name)
+	if r.Signal.CodeName != "" {
+		fmt.Fprintf(&b, " %s", r.Signal.CodeName)
+	}
+	if r.Signal.FaultAddr != nil {
+		fmt.Fprintf(&b, " at %v", *r.Signal.FaultAddr)
+	}
+	fmt.Fprintf(&b, "\n  exe %s, %s, kernel %s\n", r.Exe, r.Arch, r.Kernel)
+	if r.Partial {
+		b.WriteString("  PARTIAL report\n")
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(&b, "  error: %s\n", e)
+	}
+	for reason, n := range r.Dropped {
+		fmt.Fprintf(&b, "  %d crash(es) not reported before this one: %s\n", n, reason)
+	}
+	return b.String()
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
@@ -434,19 +433,5 @@ func (u *unwinder) readCode(m *module.Module, pc uint64, p []byte) error {
 }
 
 func (u *unwinder) readPtr(addr uint64) (uint64, error) {
-	return readPtr(u.p.Mem, u.p.Arch, addr)
-}
-
-func readPtr(mem interface {
-	ReadAt([]byte, int64) (int, error)
-}, a *arch.Arch, addr uint64) (uint64, error) {
-	var b [8]byte
-	p := b[:a.PtrSize]
-	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
-		return 0, err
-	}
-	if a.PtrSize == 4 {
-		return uint64(a.Order.Uint32(p)), nil
-	}
-	return a.Order.Uint64(p), nil
+	return u.p.Arch.ReadPtr(u.p.Mem, addr)
 }
