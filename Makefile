@@ -57,7 +57,7 @@ unit:
 
 # Every test: unit tests, fuzz seeds, gdb comparisons, QEMU guests for every
 # architecture; then the build and tests again with the oldest Go we support.
-test: deps vet
+test: deps vet cross
 	$(GO) test -timeout 80m ./...
 	$(MAKE) test-go122
 

@@ -74,7 +74,7 @@ var now = func() int64 {
 	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
 		return time.Now().Unix()
 	}
-	return ts.Sec
+	return int64(ts.Sec) // int32 on 32-bit ARM
 }
 
 // Check admits or drops a crash of the program exe.
