@@ -69,6 +69,12 @@ test-go122:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Opt-in, root: crash-to-reap latency of a 1 GiB, 32-thread process with
+# unwound (live and stream), |/bin/true and a kernel core file as helpers;
+# swaps the host's core_pattern and restores it on every exit path.
+bench-host: deps
+	UNWOUND_TEST_HOST=1 $(GO) test -run '^$$' -bench CrashToReap -benchtime 3x ./handler
+
 # Opt-in, root: installs the built handler as the host's core_pattern,
 # crashes the x86_64 fixtures and compares with gdb; restores the pattern on
 # every exit path.
