@@ -27,7 +27,7 @@ HOST_CMDS  := unwound
 # GOARCH[/GOARM] for every board target.
 CROSS := arm/5 arm/6 arm/7 arm64 riscv64 amd64
 
-.PHONY: all build cross unit test test-go122 bench size install dist deps demo test-host vet clean
+.PHONY: all build cross unit test test-go122 bench bench-host size install dist deps demo test-host vet clean
 
 all: build
 
