@@ -80,6 +80,7 @@ type CIE struct {
 	Signal      bool // 'S'
 	AddrSize    int
 	Initial     []byte // initial instructions
+	initialOff  uint64 // section offset of Initial (for pcrel DW_CFA_set_loc)
 	hasAugData  bool
 	offset64Fmt bool
 }
@@ -91,6 +92,8 @@ type FDE struct {
 	Start uint64 // initial_location, in the file's address space
 	End   uint64
 	Insns []byte
+
+	insnsOff uint64 // section offset of Insns (for pcrel DW_CFA_set_loc)
 }
 
 // NewEHFrame parses .eh_frame at address addr, with its .eh_frame_hdr when
@@ -408,7 +411,7 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 			}
 		}
 	}
-	c.Initial = r.b[r.off:e.next]
+	c.Initial, c.initialOff = r.b[r.off:e.next], uint64(r.off)
 	if len(t.cies) < 1<<16 {
 		t.cies[off] = c
 	}
@@ -465,6 +468,6 @@ func (t *Table) fdeAt(off uint64) (*FDE, error) {
 		}
 		r.off += int(n)
 	}
-	f.Insns = r.b[r.off:e.next]
+	f.Insns, f.insnsOff = r.b[r.off:e.next], uint64(r.off)
 	return f, nil
 }

@@ -101,11 +101,11 @@ func (t *Table) Row(f *FDE, pc uint64) (*Row, error) {
 		return nil, t.errf(f.CIE.Off, "return address column %d", f.CIE.RA)
 	}
 	x := &exec{t: t, cie: f.CIE, row: row}
-	if err := x.run(f.CIE.Initial, f.Start, ^uint64(0), true); err != nil {
+	if err := x.run(f.CIE.Initial, t.addr+f.CIE.initialOff, f.Start, ^uint64(0), true); err != nil {
 		return nil, t.errf(f.CIE.Off, "CIE instructions: %v", err)
 	}
 	x.initial = row.Regs
-	if err := x.run(f.Insns, f.Start, pc, false); err != nil {
+	if err := x.run(f.Insns, t.addr+f.insnsOff, f.Start, pc, false); err != nil {
 		return nil, t.errf(f.Off, "FDE instructions: %v", err)
 	}
 	return row, nil
@@ -127,8 +127,9 @@ type savedState struct {
 }
 
 // run interprets instructions starting at location loc, stopping before the
-// first advance past pc.
-func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
+// first advance past pc. insnsAddr is the address of insns[0], the base of
+// pcrel DW_CFA_set_loc operands.
+func (x *exec) run(insns []byte, insnsAddr, loc, pc uint64, inCIE bool) error {
 	t, c, row := x.t, x.cie, x.row
 	r := reader{b: insns, order: t.arch.Order, ptr: c.AddrSize}
 	advance := func(delta uint64) bool {
@@ -179,7 +180,7 @@ func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
 			if t.debug {
 				enc = dwEHPEabsptr
 			}
-			if a, err = r.encoded(enc, 0, 0, nil); err != nil {
+			if a, err = r.encoded(enc, insnsAddr, 0, nil); err != nil {
 				return err
 			}
 			if a > pc {
