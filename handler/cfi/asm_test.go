@@ -73,7 +73,7 @@ type cieSpec struct {
 	augData   []byte // written (with its ULEB length) when aug starts with 'z'
 	initial   []byte
 	is64      bool // 64-bit DWARF length
-	extra     []byte
+	extra     []byte // after the augmentation string ("eh" data)
 }
 
 // fdeSpec describes an FDE to assemble.
@@ -177,7 +177,12 @@ func (s *section) begin(is64 bool) (start int, end func()) {
 func (s *section) cie(c cieSpec) uint64 {
 	off := uint64(len(s.b))
 	_, end := s.begin(c.is64)
+	// With a 64-bit length the id is 8 bytes in both sections, as readelf
+	// and GDB read it (LLVM's libunwind keeps .eh_frame ids 4 bytes; no
+	// toolchain emits 64-bit .eh_frame entries).
 	switch {
+	case !s.debug && c.is64:
+		s.u64(0)
 	case !s.debug:
 		s.u32(0)
 	case c.is64:
@@ -192,6 +197,7 @@ func (s *section) cie(c cieSpec) uint64 {
 	s.u8(v)
 	s.raw([]byte(c.aug))
 	s.u8(0)
+	s.raw(c.extra) // "eh": the exception table pointer
 	if v == 4 {
 		s.u8(byte(s.ptr))
 		s.u8(0)
@@ -207,7 +213,6 @@ func (s *section) cie(c cieSpec) uint64 {
 		s.raw(uleb(uint64(len(c.augData))))
 		s.raw(c.augData)
 	}
-	s.raw(c.extra)
 	s.raw(c.initial)
 	end()
 	return off
