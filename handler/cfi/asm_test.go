@@ -72,7 +72,7 @@ type cieSpec struct {
 	ra        uint64
 	augData   []byte // written (with its ULEB length) when aug starts with 'z'
 	initial   []byte
-	is64      bool // 64-bit DWARF length
+	is64      bool   // 64-bit DWARF length
 	extra     []byte // after the augmentation string ("eh" data)
 }
 
