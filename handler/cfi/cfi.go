@@ -59,7 +59,8 @@ type Table struct {
 	index []span // sorted, when there is no usable hdr
 	ierr  error
 
-	cies map[uint64]*CIE
+	ciesMu sync.Mutex // Lookup and Row may run concurrently
+	cies   map[uint64]*CIE
 }
 
 type span struct {
@@ -80,6 +81,7 @@ type CIE struct {
 	Signal      bool // 'S'
 	AddrSize    int
 	Initial     []byte // initial instructions
+	initialOff  uint64 // section offset of Initial (for pcrel DW_CFA_set_loc)
 	hasAugData  bool
 	offset64Fmt bool
 }
@@ -91,6 +93,8 @@ type FDE struct {
 	Start uint64 // initial_location, in the file's address space
 	End   uint64
 	Insns []byte
+
+	insnsOff uint64 // section offset of Insns (for pcrel DW_CFA_set_loc)
 }
 
 // NewEHFrame parses .eh_frame at address addr, with its .eh_frame_hdr when
@@ -299,7 +303,10 @@ func (t *Table) entry(off uint64) (entry, error) {
 }
 
 func (t *Table) cieAt(off uint64) (*CIE, error) {
-	if c, ok := t.cies[off]; ok {
+	t.ciesMu.Lock()
+	c, ok := t.cies[off]
+	t.ciesMu.Unlock()
+	if ok {
 		return c, nil
 	}
 	e, err := t.entry(off)
@@ -309,7 +316,7 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 	if !e.isCIE || e.length == 0 {
 		return nil, t.errf(off, "CIE pointer leads to a non-CIE entry")
 	}
-	c := &CIE{Off: off, AddrSize: t.arch.PtrSize, offset64Fmt: e.is64}
+	c = &CIE{Off: off, AddrSize: t.arch.PtrSize, offset64Fmt: e.is64}
 	r := reader{b: t.data[:e.next], off: int(e.body), order: t.arch.Order, ptr: t.arch.PtrSize}
 	if c.Version, err = r.u8(); err != nil {
 		return nil, t.errf(off, "truncated CIE")
@@ -408,10 +415,12 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 			}
 		}
 	}
-	c.Initial = r.b[r.off:e.next]
+	c.Initial, c.initialOff = r.b[r.off:e.next], uint64(r.off)
+	t.ciesMu.Lock()
 	if len(t.cies) < 1<<16 {
 		t.cies[off] = c
 	}
+	t.ciesMu.Unlock()
 	return c, nil
 }
 
@@ -465,6 +474,6 @@ func (t *Table) fdeAt(off uint64) (*FDE, error) {
 		}
 		r.off += int(n)
 	}
-	f.Insns = r.b[r.off:e.next]
+	f.Insns, f.insnsOff = r.b[r.off:e.next], uint64(r.off)
 	return f, nil
 }

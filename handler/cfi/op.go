@@ -135,8 +135,12 @@ func Eval(expr []byte, ctx *EvalContext) (uint64, error) {
 			if err != nil {
 				return 0, fail(at, "truncated")
 			}
-			rv, ok := ctx.Regs.Get(int(reg))
-			if reg >= regs.Max || !ok {
+			var rv uint64
+			ok := false
+			if ctx.Regs != nil && reg < regs.Max {
+				rv, ok = ctx.Regs.Get(int(reg))
+			}
+			if !ok {
 				return 0, fail(at, "register %d unknown", reg)
 			}
 			stack = append(stack, (rv+uint64(off))&mask)

@@ -2,6 +2,7 @@ package cfi
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/unwound-dev/unwound/handler/regs"
 )
@@ -91,7 +92,10 @@ const (
 )
 
 // Row runs the CIE's initial instructions, then the FDE's while the
-// location is not past pc, and returns the row in effect at pc.
+// location is not past pc, and returns the row in effect at pc. As in
+// libgcc and GDB, the location starts at the FDE's start, an advance in
+// the CIE's instructions carries over into the FDE's, and no instruction
+// after an advance past pc runs.
 func (t *Table) Row(f *FDE, pc uint64) (*Row, error) {
 	if pc < f.Start || pc >= f.End {
 		return nil, ErrNoFDE
@@ -100,12 +104,15 @@ func (t *Table) Row(f *FDE, pc uint64) (*Row, error) {
 	if f.CIE.RA >= regs.Max {
 		return nil, t.errf(f.CIE.Off, "return address column %d", f.CIE.RA)
 	}
-	x := &exec{t: t, cie: f.CIE, row: row}
-	if err := x.run(f.CIE.Initial, f.Start, ^uint64(0), true); err != nil {
+	x := &exec{t: t, cie: f.CIE, row: row, loc: f.Start}
+	if err := x.run(f.CIE.Initial, t.addr+f.CIE.initialOff, pc, true); err != nil {
 		return nil, t.errf(f.CIE.Off, "CIE instructions: %v", err)
 	}
 	x.initial = row.Regs
-	if err := x.run(f.Insns, f.Start, pc, false); err != nil {
+	if x.done {
+		return row, nil
+	}
+	if err := x.run(f.Insns, t.addr+f.insnsOff, pc, false); err != nil {
 		return nil, t.errf(f.Off, "FDE instructions: %v", err)
 	}
 	return row, nil
@@ -118,6 +125,8 @@ type exec struct {
 	initial [regs.Max]Rule
 	stack   []savedState
 	steps   int
+	loc     uint64 // current location
+	done    bool   // an advance went past pc
 }
 
 type savedState struct {
@@ -126,17 +135,20 @@ type savedState struct {
 	ra   bool
 }
 
-// run interprets instructions starting at location loc, stopping before the
-// first advance past pc.
-func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
+// run interprets instructions starting at location x.loc, stopping (and
+// setting x.done) before the first advance past pc. insnsAddr is the
+// address of insns[0], the base of pcrel DW_CFA_set_loc operands.
+func (x *exec) run(insns []byte, insnsAddr, pc uint64, inCIE bool) error {
 	t, c, row := x.t, x.cie, x.row
 	r := reader{b: insns, order: t.arch.Order, ptr: c.AddrSize}
 	advance := func(delta uint64) bool {
-		loc += delta * c.CodeAlign
-		if loc > pc {
+		hi, d := bits.Mul64(delta, c.CodeAlign)
+		loc, carry := bits.Add64(x.loc, d, 0)
+		if hi != 0 || carry != 0 || loc > pc {
+			x.done = true
 			return false
 		}
-		row.Loc = loc
+		x.loc, row.Loc = loc, loc
 		return true
 	}
 	set := func(reg uint64, rule Rule) {
@@ -179,16 +191,17 @@ func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
 			if t.debug {
 				enc = dwEHPEabsptr
 			}
-			if a, err = r.encoded(enc, 0, 0, nil); err != nil {
+			if a, err = r.encoded(enc, insnsAddr, 0, nil); err != nil {
 				return err
 			}
-			if a > pc {
-				return nil
-			}
-			if a < loc {
+			if a < x.loc {
 				return fmt.Errorf("DW_CFA_set_loc goes backwards")
 			}
-			loc, row.Loc = a, a
+			if a > pc {
+				x.done = true
+				return nil
+			}
+			x.loc, row.Loc = a, a
 		case cfaAdvanceLoc1, cfaAdvanceLoc2, cfaAdvanceLoc4, cfaAdvLoc8:
 			var d uint64
 			switch op {
@@ -304,8 +317,12 @@ func (x *exec) run(insns []byte, loc, pc uint64, inCIE bool) error {
 			}
 			// RISC-V's CIEs start with def_cfa_register alone: like libgcc,
 			// take an unset CFA as reg+0 (DWARF 5 §6.4.2.2 assumes one).
-			if row.CFA.Kind != RuleCFARegOffset {
+			switch row.CFA.Kind {
+			case RuleUnset:
 				row.CFA = Rule{Kind: RuleCFARegOffset}
+			case RuleCFARegOffset:
+			default:
+				return fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
 			}
 			row.CFA.Reg = reg
 		case cfaDefCFAOff, cfaDefCFAOffSf:

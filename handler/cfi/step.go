@@ -17,6 +17,12 @@ var ErrUndefinedRA = errors.New("cfi: return address undefined")
 // stack pointer sp becomes the CFA unless a rule says otherwise. It returns
 // the caller's registers, the CFA and the return address.
 func (r *Row) Step(cur *regs.Set, mem io.ReaderAt, sp int, a Arch) (caller regs.Set, cfa uint64, ra uint64, err error) {
+	if a.PtrSize != 4 && a.PtrSize != 8 {
+		return caller, 0, 0, fmt.Errorf("cfi: pointer size %d", a.PtrSize)
+	}
+	if r.RA < 0 || r.RA >= regs.Max {
+		return caller, 0, 0, fmt.Errorf("cfi: return address column %d", r.RA)
+	}
 	ctx := &EvalContext{Regs: cur, Mem: mem, PtrSize: a.PtrSize, Order: a.Order}
 	switch r.CFA.Kind {
 	case RuleCFARegOffset:
@@ -43,6 +49,9 @@ func (r *Row) Step(cur *regs.Set, mem io.ReaderAt, sp int, a Arch) (caller regs.
 	var buf [8]byte
 	load := func(addr uint64) (uint64, error) {
 		p := buf[:a.PtrSize]
+		if mem == nil {
+			return 0, fmt.Errorf("cfi: no memory to read the saved register at %#x", addr)
+		}
 		if _, err := mem.ReadAt(p, int64(addr)); err != nil {
 			return 0, fmt.Errorf("cfi: reading saved register at %#x: %w", addr, err)
 		}
