@@ -21,6 +21,7 @@ import (
 type Board struct {
 	Arch     string // aarch64 by default
 	Scenario string // of testdata/crash/crash.c
+	CPU      string // QEMU -cpu; "max" enables AArch64 pointer authentication
 	Dir      string // work directory
 	Progress func(format string, args ...any)
 }
@@ -77,7 +78,13 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	os.MkdirAll(filepath.Join(res.HostRoot, "usr/bin"), 0o755)
 	prog := filepath.Join(res.HostRoot, "usr/bin/crash")
 	src := filepath.Join(repoRoot(), "testdata/crash/crash.c")
-	if out, err := exec.Command(cc, "-O2", "-g", "-funwind-tables", "-pthread", "-Wl,--build-id", "-o", prog, src).CombinedOutput(); err != nil {
+	flags := []string{"-O2", "-g", "-funwind-tables", "-pthread", "-Wl,--build-id", "-o", prog, src}
+	if arch == "aarch64" {
+		// Signed return addresses (PAC) where the CPU has them: what
+		// distributions build arm64 code with.
+		flags = append([]string{"-mbranch-protection=standard"}, flags...)
+	}
+	if out, err := exec.Command(cc, flags...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s: %v\n%s", cc, err, out)
 	}
 	stripped := filepath.Join(work, "crash.stripped")
@@ -122,7 +129,7 @@ baud = 115200
 	os.MkdirAll(out, 0o755)
 	recvErr := make(chan error, 1)
 	var recv *exec.Cmd
-	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, Timeout: 5 * time.Minute, Dir: work,
+	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
 			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
 			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m", "--quiet")

@@ -22,8 +22,9 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	scenario := flag.String("scenario", "threads", "crash scenario of testdata/crash/crash.c")
 	arch := flag.String("arch", "aarch64", "board architecture: aarch64, arm, riscv64, x86_64")
+	cpu := flag.String("cpu", "", "QEMU CPU model (aarch64: max enables pointer authentication)")
 	flag.Parse()
-	if err := run(*arch, *scenario, *keep); err != nil {
+	if err := run(*arch, *cpu, *scenario, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -31,7 +32,7 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(arch, scenario string, keep bool) error {
+func run(arch, cpu, scenario string, keep bool) error {
 	work, err := os.MkdirTemp("", "unwound-demo-")
 	if err != nil {
 		return err
@@ -41,7 +42,7 @@ func run(arch, scenario string, keep bool) error {
 	} else {
 		defer os.RemoveAll(work)
 	}
-	b := &qemu.Board{Arch: arch, Scenario: scenario, Dir: work, Progress: step}
+	b := &qemu.Board{Arch: arch, CPU: cpu, Scenario: scenario, Dir: work, Progress: step}
 	res, err := b.Run(context.Background())
 	if res != nil {
 		fmt.Print(indent(guestLines(res.Console)))
