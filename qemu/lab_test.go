@@ -32,15 +32,21 @@ func TestLab(t *testing.T) {
 	}
 	for _, arch := range Arches {
 		arch := arch
-		t.Run(arch, func(t *testing.T) { labArch(t, arch) })
+		t.Run(arch, func(t *testing.T) { labArch(t, arch, arch) })
 	}
+	// A 32-bit ARM userland on the AArch64 kernel (COMPAT): the core is
+	// ELFCLASS32/EM_ARM while the handler is an arm64 binary; the
+	// architecture must come from the core, never from the machine.
+	t.Run("arm-on-aarch64", func(t *testing.T) { labArch(t, "aarch64", "arm") })
 }
 
 // gdbCompared lists the architectures whose reports are compared with gdb.
 var gdbCompared = map[string]bool{"aarch64": true, "x86_64": true, "riscv64": true, "arm": true}
 
-func labArch(t *testing.T, arch string) {
-	kernel, err := Kernel(arch)
+// labArch boots kernelArch's kernel with arch's programs and glibc (they
+// differ for 32-bit ARM programs on the AArch64 kernel).
+func labArch(t *testing.T, kernelArch, arch string) {
+	kernel, err := Kernel(kernelArch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +55,13 @@ func labArch(t *testing.T, arch string) {
 	if d := os.Getenv("UNWOUND_LAB_KEEP"); d != "" {
 		// Keep the guest's files (cores, reports, the host mirror) to
 		// look at a failure by hand.
-		work = filepath.Join(d, arch)
+		work = filepath.Join(d, kernelArch+"-"+arch)
 		os.RemoveAll(work)
 		os.MkdirAll(work, 0o755)
 	}
 	r := NewInitramfs()
-	r.HostFile("/init", 0o755, goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, filepath.Join(work, "init")))
-	r.HostFile("/bin/unwound-handler", 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler")))
+	r.HostFile("/init", 0o755, goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", kernelArch, filepath.Join(work, "init")))
+	r.HostFile("/bin/unwound-handler", 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", kernelArch, filepath.Join(work, "unwound-handler")))
 	// TCG runs guests 10-50x slower than a board: the budgets grow so the
 	// 87,000-frame recursion is walked live to its end, as on hardware.
 	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
@@ -104,7 +110,7 @@ count = 0
 	js, _ := jsonMarshal(plan)
 	r.File("/plan.json", 0o644, js)
 
-	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 15 * time.Minute, Dir: work}
+	m := &Machine{Arch: kernelArch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 15 * time.Minute, Dir: work}
 	res, err := m.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
