@@ -72,15 +72,15 @@ func (c *crash) load(m *module.Module) {
 }
 
 // threads returns the threads to unwind: the crashing one first (the
-// kernel writes it first), capped at max_threads.
+// kernel writes it first), capped at max_threads. The cap is applied (and
+// said) once: the core's thread list is cut to it.
 func (c *crash) threads() []coredump.Thread {
-	ts := c.core.Threads
-	if n := c.cfg.Handler.MaxThreads; len(ts) > n {
-		c.errorf("%d threads, unwinding the first %d (handler.max_threads)", len(ts), n)
+	if n := c.cfg.Handler.MaxThreads; len(c.core.Threads) > n {
+		c.errorf("%d threads, unwinding the first %d (handler.max_threads)", len(c.core.Threads), n)
 		c.partial = true
-		ts = ts[:n]
+		c.core.Threads = c.core.Threads[:n]
 	}
-	return ts
+	return c.core.Threads
 }
 
 // unwindThreads walks every thread not walked yet, until deadline. Threads

@@ -239,7 +239,6 @@ func readCString(mem io.ReaderAt, addr uint64, max int) string {
 // place maps an ELF file's PT_LOAD segments at a load bias.
 func place(ef *elf.File, path string, bias uint64) (*module.Module, error) {
 	m := &module.Module{Path: path}
-	abs := path
 	const page = 0xfff
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Memsz == 0 {
@@ -249,7 +248,7 @@ func place(ef *elf.File, path string, bias uint64) (*module.Module, error) {
 			Start:  (p.Vaddr + bias) &^ page,
 			End:    (p.Vaddr + bias + p.Memsz + page) &^ page,
 			Offset: p.Off &^ page,
-			Path:   abs,
+			Path:   path,
 		}
 		if len(m.Maps) == 0 || mp.Start < m.Start {
 			m.Start = mp.Start

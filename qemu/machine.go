@@ -181,6 +181,22 @@ func tail(s string, n int) string {
 	return s
 }
 
+// machineFacts are the QEMU facts per architecture (DESIGN §9).
+type machineFacts struct {
+	binary    string
+	machine   []string // -M and firmware
+	cpu       string   // default -cpu, "" for QEMU's
+	console   string   // the kernel's console device
+	serialBus string   // the virtio-serial device for this machine
+}
+
+var machines = map[string]machineFacts{
+	"aarch64": {"qemu-system-aarch64", []string{"-M", "virt"}, "cortex-a53", "ttyAMA0", "virtio-serial-device"},
+	"arm":     {"qemu-system-arm", []string{"-M", "virt,highmem=off"}, "cortex-a15", "ttyAMA0", "virtio-serial-device"},
+	"riscv64": {"qemu-system-riscv64", []string{"-M", "virt", "-bios", "default"}, "", "ttyS0", "virtio-serial-device"},
+	"x86_64":  {"qemu-system-x86_64", []string{"-M", "pc"}, "", "ttyS0", "virtio-serial-pci"},
+}
+
 func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 	mem := m.Memory
 	if mem == "" {
@@ -190,36 +206,21 @@ func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 		"-smp", "1", "-m", mem, "-kernel", m.Kernel, "-initrd", initrd,
 		"-serial", "file:" + console,
 		"-chardev", "file,id=ship,path=" + ship}
-	cmdline := "panic=-1 rdinit=/init quiet loglevel=4 " + m.Append
-	var a []string
-	switch m.Arch {
-	case "aarch64":
-		cpu := m.CPU
-		if cpu == "" {
-			cpu = "cortex-a53"
-		}
-		a = append([]string{"qemu-system-aarch64", "-M", "virt", "-cpu", cpu}, common...)
-		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
-			"-append", "console=ttyAMA0 "+cmdline)
-	case "arm":
-		cpu := m.CPU
-		if cpu == "" {
-			cpu = "cortex-a15"
-		}
-		a = append([]string{"qemu-system-arm", "-M", "virt,highmem=off", "-cpu", cpu}, common...)
-		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
-			"-append", "console=ttyAMA0 "+cmdline)
-	case "riscv64":
-		a = append([]string{"qemu-system-riscv64", "-M", "virt", "-bios", "default"}, common...)
-		a = append(a, "-device", "virtio-serial-device", "-device", "virtserialport,chardev=ship,name=unwound.ship",
-			"-append", "console=ttyS0 "+cmdline)
-	case "x86_64":
-		a = append([]string{"qemu-system-x86_64", "-M", "pc"}, common...)
-		a = append(a, "-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ship,name=unwound.ship",
-			"-append", "console=ttyS0 "+cmdline)
-	default:
+	g, ok := machines[m.Arch]
+	if !ok {
 		return nil, fmt.Errorf("qemu: unknown arch %q", m.Arch)
 	}
+	a := append([]string{g.binary}, g.machine...)
+	cpu := m.CPU
+	if cpu == "" {
+		cpu = g.cpu
+	}
+	if cpu != "" {
+		a = append(a, "-cpu", cpu)
+	}
+	a = append(a, common...)
+	a = append(a, "-device", g.serialBus, "-device", "virtserialport,chardev=ship,name=unwound.ship",
+		"-append", "console="+g.console+" panic=-1 rdinit=/init quiet loglevel=4 "+m.Append)
 	if _, err := exec.LookPath(a[0]); err != nil {
 		return nil, fmt.Errorf("%s not installed (make deps)", a[0])
 	}

@@ -122,7 +122,7 @@ func summary(w io.Writer, r *report.Report) error {
 			where := "??"
 			if f.Module >= 0 && f.Module < len(r.Modules) {
 				m := r.Modules[f.Module]
-				where = fmt.Sprintf("%s+%#x", m.Path, uint64(f.PC)-uint64(m.RuntimeOffset)+uint64(m.CompiledOffset))
+				where = fmt.Sprintf("%s+%#x", m.Path, m.FileAddr(f.PC))
 			}
 			fmt.Fprintf(&b, "  #%-3d %v in %s [%s]\n", i, f.PC, where, f.Method)
 		}

@@ -108,6 +108,12 @@ type Module struct {
 	Error          string `json:"error,omitempty"` // why the file could not be read
 }
 
+// FileAddr maps a runtime PC into the module file's own addresses (its
+// p_vaddr numbering, what symbol tables and addr2line use).
+func (m Module) FileAddr(pc Hex) uint64 {
+	return uint64(pc) - uint64(m.RuntimeOffset) + uint64(m.CompiledOffset)
+}
+
 // Thread is one thread's trace, innermost frame first.
 type Thread struct {
 	TID        int     `json:"tid"`

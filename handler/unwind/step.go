@@ -8,6 +8,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/prologue"
 )
 
 type unwinder struct {
@@ -197,7 +198,7 @@ func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, err
 	}
 	next.rs.Set(a.SP, cfa)
 	switch {
-	case fr.Saved[a.RA] != 0:
+	case hasSlot(fr, a.RA):
 		next.pc, _ = next.rs.Get(a.RA)
 	case first && a.LR >= 0:
 		// A leaf that saved nothing: the return address is still in LR.
@@ -265,9 +266,9 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	if next.pc != 0 && module.Find(u.p.Modules, next.pc&^1) < 0 {
 		return state{}, fmt.Errorf("EHABI: return address %#x is in no module", next.pc)
 	}
-	// The caller's LR is unknown unless an opcode restored it; leaving the
-	// callee's would make a later "leaf" step loop.
-	if s.Valid&(1<<14) == 0 || !s.PCSet {
+	// When the return address came from LR (no opcode popped pc), LR still
+	// holds it: it says nothing about the caller's own return address.
+	if !s.PCSet {
 		next.rs.Clear(a.LR)
 	}
 	return next, nil
@@ -376,11 +377,6 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 	if u.notTramp[cur.pc] {
 		return state{}, false, nil
 	}
-	defer func() {
-		if len(u.notTramp) >= 4096 {
-			clear(u.notTramp)
-		}
-	}()
 	for i := range a.Sigreturns {
 		sr := &a.Sigreturns[i]
 		code := make([]byte, len(sr.Code))
@@ -415,6 +411,9 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 		}
 		return next, true, nil
 	}
+	if len(u.notTramp) >= 4096 {
+		clear(u.notTramp)
+	}
 	u.notTramp[cur.pc] = true
 	return state{}, false, nil
 }
@@ -434,4 +433,9 @@ func (u *unwinder) readCode(m *module.Module, pc uint64, p []byte) error {
 
 func (u *unwinder) readPtr(addr uint64) (uint64, error) {
 	return u.p.Arch.ReadPtr(u.p.Mem, addr)
+}
+
+func hasSlot(f *prologue.Frame, reg int) bool {
+	_, ok := f.Saved[reg]
+	return ok
 }

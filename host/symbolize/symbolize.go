@@ -173,7 +173,7 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 // address space, minus 1 for return addresses. (Symbolize also looks up
 // signal trampolines, the frames just inside a "signal" frame, as is.)
 func FileAddr(m report.Module, f report.Frame) uint64 {
-	a := uint64(f.PC) - uint64(m.RuntimeOffset) + uint64(m.CompiledOffset)
+	a := m.FileAddr(f.PC)
 	if !f.Exact && a > 0 {
 		a--
 	}
