@@ -207,7 +207,7 @@ func (s *Symbolizer) frame(r *report.Report, mods []*module, f report.Frame) Fra
 	if len(out.Locations) == 0 {
 		out.Error = fmt.Sprintf("no symbol for %s+%#x", m.Path, a)
 		if mod.dwarf == nil {
-			out.Error += fmt.Sprintf(" (no debug info for %s build-id %s)", m.Path, short(m.BuildID))
+			out.Error += fmt.Sprintf(", no debug info for build-id %s", short(m.BuildID))
 		}
 	}
 	if mod.dwarf == nil && len(mod.mismatches) > 0 {
