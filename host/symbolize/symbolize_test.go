@@ -250,22 +250,33 @@ func compareFixture(t *testing.T, fc fixtureCrash) (nA2L, nGDB, nInlined int) {
 }
 
 // TestInlinedO2 compares addresses all over an -O2 program with nested
-// inlined calls, DWARF 5 and DWARF 4, x86_64 and aarch64.
+// inlined calls, DWARF 5 and DWARF 4, compressed or not, for every
+// architecture (32-bit ARM in Thumb-2 and ARM state). Cross compilers only
+// outside -short.
 func TestInlinedO2(t *testing.T) {
 	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
 	n := 0
-	for _, cc := range []string{"gcc", "aarch64-linux-gnu-gcc"} {
+	for _, cc := range [][]string{
+		{"gcc"},
+		{"aarch64-linux-gnu-gcc"},
+		{"arm-linux-gnueabihf-gcc", "-mthumb"},
+		{"arm-linux-gnueabihf-gcc", "-marm"},
+		{"riscv64-linux-gnu-gcc"},
+	} {
 		for _, dw := range []string{"-gdwarf-5", "-gdwarf-4"} {
 			for _, z := range []string{"", "-gz"} {
 				cc, dw, z := cc, dw, z
-				t.Run(cc+dw+z, func(t *testing.T) {
-					need(t, cc, "addr2line")
+				t.Run(strings.Join(cc, "")+dw+z, func(t *testing.T) {
+					if cc[0] != "gcc" && testing.Short() {
+						t.Skip("cross compilers: not in -short")
+					}
+					need(t, cc[0], "addr2line")
 					exe := filepath.Join(t.TempDir(), "inline")
-					args := []string{"-O2", dw, "-o", exe, src}
+					args := append(cc[1:len(cc):len(cc)], "-O2", dw, "-o", exe, src)
 					if z != "" {
 						args = append(args, z)
 					}
-					run(t, cc, args...)
+					run(t, cc[0], args...)
 					n += compareText(t, exe)
 				})
 			}
@@ -274,8 +285,9 @@ func TestInlinedO2(t *testing.T) {
 	t.Logf("%d addresses equal addr2line", n)
 }
 
-// compareText symbolizes every other byte of an executable's own code
-// (main, work: the functions with inlined calls) against addr2line.
+// compareText symbolizes every other byte (every byte on 32-bit ARM) of an
+// executable's own code (main, work: the functions with inlined calls)
+// against addr2line.
 func compareText(t *testing.T, exe string) int {
 	ef, err := elf.Open(exe)
 	if err != nil {
@@ -288,9 +300,17 @@ func compareText(t *testing.T, exe string) int {
 	ef.Close()
 	var addrs []uint64
 	inl := 0
+	step := uint64(2)
+	if ef.Machine == elf.EM_ARM {
+		step = 1 // Thumb symbols have bit 0 set: every address, odd ones (pc-1) too
+	}
 	for _, s := range syms {
 		if s.Name == "main" || s.Name == "work" {
-			for a := s.Value; a < s.Value+s.Size; a += 2 {
+			start := s.Value
+			if ef.Machine == elf.EM_ARM {
+				start &^= 1
+			}
+			for a := start; a < start+s.Size; a += step {
 				addrs = append(addrs, a)
 			}
 		}
