@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type Debuginfod struct {
 	// server sends no response headers within 90 s (elfutils'
 	// DEBUGINFOD_TIMEOUT default).
 	Client *http.Client
+
+	mu   sync.Mutex
+	dead map[string]error // servers that could not be reached: not asked again
 }
 
 // maxDebuginfo bounds one downloaded debug file.
@@ -90,14 +94,30 @@ func (d *Debuginfod) fetch(id string) (path, from string, err error) {
 	}
 	var errs []string
 	for _, base := range d.URLs {
+		d.mu.Lock()
+		dead := d.dead[base]
+		d.mu.Unlock()
+		if dead != nil {
+			continue // said once, for the first module that asked
+		}
 		u, err := url.JoinPath(base, "buildid", id, "debuginfo")
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", base, err))
 			continue
 		}
-		got, err := d.download(client, u, dir, path)
+		got, reached, err := d.download(client, u, dir, path)
 		if err != nil {
 			errs = append(errs, err.Error())
+			if !reached {
+				// A server that does not answer would cost its
+				// timeout again for every module.
+				d.mu.Lock()
+				if d.dead == nil {
+					d.dead = map[string]error{}
+				}
+				d.dead[base] = err
+				d.mu.Unlock()
+			}
 			continue
 		}
 		if got {
@@ -111,25 +131,25 @@ func (d *Debuginfod) fetch(id string) (path, from string, err error) {
 }
 
 // download stores u's body at path; false without error when the server
-// does not have the file (404).
-func (d *Debuginfod) download(client *http.Client, u, dir, path string) (bool, error) {
+// does not have the file (404). reached says whether the server answered.
+func (d *Debuginfod) download(client *http.Client, u, dir, path string) (got, reached bool, err error) {
 	resp, err := client.Get(u)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return false, nil
+		return false, true, nil
 	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("%s: %s", u, resp.Status)
+		return false, true, fmt.Errorf("%s: %s", u, resp.Status)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, err
+		return false, true, err
 	}
 	tmp, err := os.CreateTemp(dir, ".debuginfo-*")
 	if err != nil {
-		return false, err
+		return false, true, err
 	}
 	n, err := io.Copy(tmp, io.LimitReader(resp.Body, maxDebuginfo+1))
 	if cerr := tmp.Close(); err == nil {
@@ -143,7 +163,7 @@ func (d *Debuginfod) download(client *http.Client, u, dir, path string) (bool, e
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
-		return false, fmt.Errorf("%s: %w", u, err)
+		return false, true, fmt.Errorf("%s: %w", u, err)
 	}
-	return true, nil
+	return true, true, nil
 }

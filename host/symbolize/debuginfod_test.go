@@ -107,6 +107,31 @@ func TestDebuginfod(t *testing.T) {
 	}
 }
 
+// TestDebuginfodDeadServer: a server that cannot be reached is said once
+// and not asked again for the next build IDs.
+func TestDebuginfodDeadServer(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.URL
+	srv.Close() // nothing listens there now
+	var hits atomic.Int32
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, req)
+	}))
+	defer live.Close()
+	d := &Debuginfod{URLs: []string{addr, live.URL}, Cache: t.TempDir()}
+	if _, _, err := d.fetch("ab12"); err == nil || !strings.Contains(err.Error(), "debuginfod: ") {
+		t.Errorf("first fetch: %v", err)
+	}
+	path, _, err := d.fetch("cd34")
+	if err != nil || path != "" {
+		t.Errorf("second fetch: %q, %v (the dead server asked again?)", path, err)
+	}
+	if hits.Load() != 2 {
+		t.Errorf("live server asked %d times, want 2", hits.Load())
+	}
+}
+
 func TestDebuginfodFromEnv(t *testing.T) {
 	t.Setenv("DEBUGINFOD_URLS", "")
 	if DebuginfodFromEnv() != nil {
