@@ -80,6 +80,10 @@ func TestMatchesAddr2lineAndGDB(t *testing.T) {
 			if arch == "riscv64" {
 				labCores, labRoot = labCoresFor(t, arch, dir)
 			}
+			n0, g0 := total, gdbTotal
+			defer func() {
+				t.Logf("%s: %d frames equal addr2line, %d crashed-thread function names equal gdb", arch, total-n0, gdbTotal-g0)
+			}()
 			for _, c := range cs {
 				c := c
 				b := fixture.Binary{Arch: arch, Variant: c.variant, Prog: progOf(c.scenario), Dir: dir}
@@ -188,8 +192,15 @@ func compareFixture(t *testing.T, fc fixtureCrash) (nA2L, nGDB, nInlined int) {
 	}
 
 	// gdb's function names, crashed thread; frames are matched by PC.
-	if b.Arch == "arm" && fc.scenario == "recursion" {
+	switch {
+	case b.Arch == "arm" && fc.scenario == "recursion":
 		t.Log("gdb-multiarch 13 crashes (SIGSEGV) walking this ARM core: addr2line only")
+		return
+	case b.Arch == "riscv64" && fc.scenario == "recursion":
+		// gdb takes about 4 minutes to walk these 100,000 frames; the
+		// elided frames' mapping is checked against gdb on x86_64 and
+		// aarch64, and TestLab compares this walk's PCs with gdb's.
+		t.Log("riscv64 deep recursion: addr2line only")
 		return
 	}
 	want := fixture.OracleSysroot(t, b, fc.core, fc.sysroot)
