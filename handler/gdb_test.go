@@ -21,7 +21,11 @@ func TestMatchesGDB(t *testing.T) {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
 			dir := fixture.Build(t, arch)
-			for _, variant := range fixture.Variants {
+			variants := fixture.Variants
+			if arch == "arm" {
+				variants = append(append([]string(nil), variants...), fixture.ARMStateVariants...)
+			}
+			for _, variant := range variants {
 				for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
 					prog := "crash"
 					if sc == "throw" {

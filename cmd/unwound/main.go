@@ -66,6 +66,7 @@ commands:
   undump [--out DIR] FILE|-             turn 'unwound-uploader dump' text back into reports
   symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
+                                        (DEBUGINFOD_URLS: also ask these debuginfod servers)
   version                               print the version
 `)
 }
@@ -182,7 +183,9 @@ func symbolizeCmd(args []string, w io.Writer) error {
 			dirs = append(dirs, d)
 		}
 	}
-	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot})
+	// DEBUGINFOD_URLS, as gdb and elfutils read it: servers asked by
+	// build ID when no debug file is found on disk.
+	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv()})
 	defer s.Close()
 	failed := 0
 	for i, name := range fs.Args() {

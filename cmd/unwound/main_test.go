@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +107,31 @@ func TestSymbolizeCommand(t *testing.T) {
 	f0 := got.Threads[0].Frames[0]
 	if len(f0.Locations) == 0 || f0.Locations[0].Function != "null_write" || f0.Locations[0].Line != 23 || !strings.HasSuffix(f0.Locations[0].File, "crash.c") {
 		t.Errorf("frame 0: %+v", f0)
+	}
+
+	// DEBUGINFOD_URLS: the same debug file from a debuginfod server (a
+	// real one on loopback) instead of --debug-dir, cached where
+	// DEBUGINFOD_CACHE_PATH says.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/buildid/"+strings.ToLower(id)+"/debuginfo" {
+			http.NotFound(w, req)
+			return
+		}
+		http.ServeFile(w, req, filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug"))
+	}))
+	defer srv.Close()
+	cache := filepath.Join(tmp, "debuginfod")
+	t.Setenv("DEBUGINFOD_URLS", srv.URL)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", cache)
+	text.Reset()
+	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), " in null_write at crash.c:23 [context]\n") {
+		t.Errorf("with DEBUGINFOD_URLS:\n%s", text.String())
+	}
+	if _, err := os.Stat(filepath.Join(cache, strings.ToLower(id), "debuginfo")); err != nil {
+		t.Errorf("not cached: %v", err)
 	}
 
 	// Bad arguments are errors, not crashes.

@@ -150,37 +150,57 @@ func (s *Symbolizer) load(m report.Module) *module {
 		}
 	}
 	bin := try(candidate{under(s.sysroot(), p), "binary"})
-	if bin != nil {
-		mod.binary = bin
-		if mod.debug == nil && bin.hasLink {
-			for _, c := range s.linkCandidates(m, bin.link) {
-				if _, err := os.Stat(c.path); err != nil || c.path == bin.path {
-					continue
+	if bin != nil && mod.debug == nil && bin.hasLink {
+		for _, c := range s.linkCandidates(m, bin.link) {
+			if _, err := os.Stat(c.path); err != nil || c.path == bin.path {
+				continue
+			}
+			crc, err := fileCRC(c.path)
+			if err != nil {
+				continue
+			}
+			if crc != bin.linkCRC {
+				mismatches = append(mismatches, fmt.Sprintf("%s: debuglink CRC %08x, binary wants %08x", c.path, crc, bin.linkCRC))
+				continue
+			}
+			e, err := openELF(c.path)
+			if err != nil {
+				mismatches = append(mismatches, err.Error())
+				continue
+			}
+			// A CRC match with a verified binary identifies the file;
+			// a GNU build ID, when both have one, must agree too.
+			if e.buildID != nil && bin.buildID != nil && string(e.buildID) != string(bin.buildID) {
+				mismatches = append(mismatches, fmt.Sprintf("%s: build-id %x, binary has %x", c.path, e.buildID, bin.buildID))
+				e.Close()
+				continue
+			}
+			keep(e, c.how)
+			break
+		}
+	}
+	// Last, as gdb does: a debuginfod server, by GNU build ID (even when
+	// the binary itself is not in the sysroot).
+	if d := s.opts.Debuginfod; d != nil && mod.debug == nil && m.BuildIDKind != "code" && m.BuildID != "" {
+		path, from, err := d.fetch(strings.ToLower(m.BuildID))
+		switch {
+		case err != nil:
+			mod.notes = append(mod.notes, err.Error())
+		case path != "":
+			before := len(mismatches)
+			if e := try(candidate{path, "debuginfod"}); e != nil {
+				keep(e, "debuginfod")
+				if from != "" {
+					mod.notes = append(mod.notes, "debug file fetched from "+from)
 				}
-				crc, err := fileCRC(c.path)
-				if err != nil {
-					continue
-				}
-				if crc != bin.linkCRC {
-					mismatches = append(mismatches, fmt.Sprintf("%s: debuglink CRC %08x, binary wants %08x", c.path, crc, bin.linkCRC))
-					continue
-				}
-				e, err := openELF(c.path)
-				if err != nil {
-					mismatches = append(mismatches, err.Error())
-					continue
-				}
-				// A CRC match with a verified binary identifies the file;
-				// a GNU build ID, when both have one, must agree too.
-				if e.buildID != nil && bin.buildID != nil && string(e.buildID) != string(bin.buildID) {
-					mismatches = append(mismatches, fmt.Sprintf("%s: build-id %x, binary has %x", c.path, e.buildID, bin.buildID))
-					e.Close()
-					continue
-				}
-				keep(e, c.how)
-				break
+			} else if len(mismatches) > before {
+				// Not this build: never serve it from the cache again.
+				os.Remove(path)
 			}
 		}
+	}
+	if bin != nil {
+		mod.binary = bin
 		keep(bin, "binary")
 	}
 	if len(mod.files) == 0 {
@@ -207,6 +227,9 @@ func (s *Symbolizer) load(m report.Module) *module {
 		mod.status = s.noInfo(m, mismatches)
 		if bin != nil {
 			mod.status = fmt.Sprintf("no debug info for %s build-id %s, stripped", m.Path, short(m.BuildID))
+			if len(mismatches) > 0 {
+				mod.status += "; mismatch: " + strings.Join(mismatches, "; ")
+			}
 		}
 	}
 	mod.mismatches = mismatches

@@ -116,7 +116,7 @@ func sameAsAddr2line(ours []Location, theirs []a2l) string {
 
 // crashReport makes the report of one fixture crash, as the handler does
 // from the core with the stripped program.
-func crashReport(t *testing.T, b fixture.Binary, scenario string) *report.Report {
+func crashReport(t testing.TB, b fixture.Binary, scenario string) *report.Report {
 	t.Helper()
 	core, kernel := fixture.Core(t, b, scenario)
 	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}

@@ -28,6 +28,9 @@ type Options struct {
 	// Sysroot is the target's root filesystem on the host: report paths
 	// are looked up under it (default /).
 	Sysroot string
+	// Debuginfod, when set, is asked for debug files by GNU build ID when
+	// none is found on disk (DebuginfodFromEnv: DEBUGINFOD_URLS).
+	Debuginfod *Debuginfod
 }
 
 // Symbolizer symbolizes reports, keeping opened files per build ID.
@@ -95,7 +98,7 @@ type Result struct {
 type Module struct {
 	report.Module
 	DebugFile  string   `json:"debug_file,omitempty"` // the file DWARF was read from
-	DebugHow   string   `json:"debug_how,omitempty"`  // build-id, debug-dir, .debug, debuglink, binary
+	DebugHow   string   `json:"debug_how,omitempty"`  // build-id, debug-dir, .debug, debuglink, debuginfod, binary
 	Symbols    string   `json:"symbols,omitempty"`    // symbol tables used: .symtab, .gnu_debugdata, .dynsym
 	Status     string   `json:"status,omitempty"`     // why there are no symbols
 	Notes      []string `json:"notes,omitempty"`      // warnings (unverified, broken DWARF)
@@ -169,11 +172,17 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 	return res
 }
 
-// FileAddr is the address to look up for a frame: the PC in the file's
-// address space, minus 1 for return addresses. (Symbolize also looks up
-// signal trampolines, the frames just inside a "signal" frame, as is.)
-func FileAddr(m report.Module, f report.Frame) uint64 {
+// FileAddr is the address to look up for a frame of a report of arch: the
+// PC in the file's address space, minus 1 for return addresses. On 32-bit
+// ARM bit 0 only says Thumb state (reports clear it; a PC that still has
+// it is cleared first), and a return address minus 1 is inside the call
+// in either state. (Symbolize also looks up signal trampolines, the
+// frames just inside a "signal" frame, as is.)
+func FileAddr(arch string, m report.Module, f report.Frame) uint64 {
 	a := m.FileAddr(f.PC)
+	if arch == "arm" {
+		a &^= 1
+	}
 	if !f.Exact && a > 0 {
 		a--
 	}
@@ -187,7 +196,7 @@ func (s *Symbolizer) frame(r *report.Report, mods []*module, f report.Frame) Fra
 		return out
 	}
 	m, mod := r.Modules[f.Module], mods[f.Module]
-	a := FileAddr(m, f)
+	a := FileAddr(r.Arch, m, f)
 	h := report.Hex(a)
 	out.Addr = &h
 	if mod.status != "" {
@@ -198,8 +207,16 @@ func (s *Symbolizer) frame(r *report.Report, mods []*module, f report.Frame) Fra
 	if len(out.Locations) == 0 {
 		out.Error = fmt.Sprintf("no symbol for %s+%#x", m.Path, a)
 		if mod.dwarf == nil {
-			out.Error += fmt.Sprintf(" (no debug info for %s build-id %s)", m.Path, short(m.BuildID))
+			out.Error += fmt.Sprintf(", no debug info for build-id %s", short(m.BuildID))
 		}
+	}
+	if mod.dwarf == nil && len(mod.mismatches) > 0 {
+		// A debug file was there but is not this build's: say so on
+		// every frame it would have given lines to.
+		if out.Error == "" {
+			out.Error = "no lines"
+		}
+		out.Error += "; mismatch: " + strings.Join(mod.mismatches, "; ")
 	}
 	return out
 }

@@ -51,7 +51,11 @@ func WriteText(w io.Writer, res *Result) error {
 		if t.Crashed {
 			mark = " (crashed)"
 		}
-		fmt.Fprintf(&b, "\nThread %d %q%s:\n", t.TID, t.Name, mark)
+		name := ""
+		if t.Name != "" {
+			name = fmt.Sprintf(" %q", t.Name)
+		}
+		fmt.Fprintf(&b, "\nThread %d%s%s:\n", t.TID, name, mark)
 		for i, f := range t.Frames {
 			if t.Elided > 0 && i == t.ElidedAt {
 				fmt.Fprintf(&b, "    ... %d frames elided ...\n", t.Elided)

@@ -5,7 +5,10 @@
 #
 # Layout: OUTDIR/ARCH/VARIANT/{crash,crashxx} unstripped (what gdb reads) and
 # OUTDIR/ARCH/VARIANT/stripped/{crash,crashxx} (what the handler reads, as on
-# a board), VARIANT in O0-static O0-dynamic O2-static O2-dynamic.
+# a board), VARIANT in O0-static O0-dynamic O2-static O2-dynamic. For arm,
+# whose compiler makes Thumb-2 code by default (Debian armhf), also
+# O0-dynamic-marm and O2-dynamic-marm: the programs in ARM state, calling
+# the Thumb libc through interworking.
 #
 # Stripping follows Yocto's runstrip (meta/lib/oe/package.py): executables
 # get `strip --remove-section=.comment --remove-section=.note`, which drops
@@ -37,9 +40,12 @@ for arch in "$@"; do
 		O0) oflags="-O0 -fno-omit-frame-pointer" ;;
 		O2) oflags="-O2 -fomit-frame-pointer" ;;
 		esac
-		for link in static dynamic; do
+		variants="static dynamic"
+		[ "$arch" = arm ] && variants="$variants dynamic-marm"
+		for link in $variants; do
 			lflags=
 			[ $link = static ] && lflags=-static
+			[ $link = dynamic-marm ] && lflags=-marm
 			d=$out/$arch/$opt-$link
 			mkdir -p "$d/stripped"
 			for prog in crash crashxx; do
