@@ -325,6 +325,8 @@ func (c *crash) store(r *report.Report) int {
 		MaxEntries:    c.cfg.Queue.MaxEntries,
 		MaxBytes:      int64(c.cfg.Queue.MaxBytesKiB) << 10,
 		MinFreeBytes:  int64(c.cfg.Queue.MinFreeKiB) << 10,
+		MinFreeInodes: int64(c.cfg.Queue.MinFreeInodes),
+		MaxAge:        c.cfg.Queue.MaxAge.D(),
 		WhenFull:      c.cfg.Queue.WhenFull,
 		AllowVolatile: c.cfg.Queue.AllowVolatile,
 	})
@@ -333,7 +335,11 @@ func (c *crash) store(r *report.Report) int {
 		c.lost("queue_unusable")
 		return 0
 	}
-	res, err := q.Put(z, r.BootID)
+	var crashTime int64
+	if r.TimeTrusted {
+		crashTime = r.Time
+	}
+	res, err := q.PutAt(z, r.BootID, crashTime)
 	if err != nil {
 		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		if errors.Is(err, queue.ErrFull) {
@@ -345,6 +351,9 @@ func (c *crash) store(r *report.Report) int {
 	}
 	for _, e := range res.Evicted {
 		c.log.Warnf("queue full: evicted %s", e)
+	}
+	for _, e := range res.Expired {
+		c.log.Infof("queue: %s is older than queue.max_age, removed", e)
 	}
 	ct := r.Crashed()
 	frames := 0
