@@ -163,6 +163,8 @@ func powerCut(t *testing.T, fs string, cuts int) {
 	start := time.Now()
 	for cut := 0; cut <= cuts; cut++ {
 		m := l.machine(fs, img, work, r)
+		console := filepath.Join(work, "console.log")
+		os.Remove(console) // the previous boot's, before polling for the new one
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan *Result, 1)
 		go func() {
@@ -175,7 +177,6 @@ func powerCut(t *testing.T, fs string, cuts int) {
 		if cut == cuts {
 			delay, wait = 0, "QL-LISTED"
 		}
-		console := filepath.Join(work, "console.log")
 		deadline := time.Now().Add(150 * time.Second)
 		for {
 			b, _ := os.ReadFile(console)

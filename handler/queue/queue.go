@@ -271,6 +271,15 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 	if err := os.Rename(tmp.Name(), filepath.Join(q.dir, name)); err != nil {
 		return res, fmt.Errorf("queue: %w", err)
 	}
+	// On FAT the size and first cluster live in the directory entry, and
+	// a rename makes a new entry with neither: they reach it when the
+	// inode is written, which fsync of the directory does not do (without
+	// -o dirsync, fs/fat/namei_vfat.c). A power cut then leaves an empty
+	// file. fsync the file under its new name first; elsewhere this costs
+	// nothing (ext4 commits the rename either way).
+	if err := tmp.Sync(); err != nil {
+		return res, fmt.Errorf("queue: fsync %s: %w", name, err)
+	}
 	if err := syncDir(q.dir); err != nil {
 		return res, fmt.Errorf("queue: fsync %s: %w", q.dir, err)
 	}

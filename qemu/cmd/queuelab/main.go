@@ -192,7 +192,12 @@ func powercut() {
 		say("TEMP-REMOVED %s", t)
 	}
 	for _, c := range rec.Quarantined {
-		say("CORRUPT %s %v", c.Name, c.Err)
+		b, _ := os.ReadFile(filepath.Join(qdir, queue.QuarantineDir, c.Name))
+		head := b
+		if len(head) > 16 {
+			head = head[:16]
+		}
+		say("CORRUPT %s %v (%d bytes: %x)", c.Name, c.Err, len(b), head)
 	}
 	es, err := q.List()
 	if err != nil {
@@ -285,16 +290,21 @@ func waitHandlers() {
 
 // kmsgHandlerLines returns the handler's log records so far.
 func kmsgHandlerLines() []string {
-	f, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
+	// poller, whose Read waits for more instead of returning EAGAIN.
+	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	var out []string
 	buf := make([]byte, 8192)
 	for {
-		n, err := f.Read(buf)
-		if err != nil {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EPIPE {
+			continue // records overwritten meanwhile
+		}
+		if err != nil || n <= 0 {
 			break
 		}
 		rec := string(buf[:n])
