@@ -74,8 +74,9 @@ func image(t testing.TB, dir, fs string, mib int) string {
 	t.Helper()
 	p := filepath.Join(dir, fs+".img")
 	switch fs {
-	case "ubifs":
-		// Erased NOR flash; UBI formats it when it first attaches.
+	case "ubifs", "jffs2":
+		// Erased NOR flash: JFFS2 mounts it as it is, UBI formats it
+		// when it first attaches.
 		if err := os.WriteFile(p, bytes.Repeat([]byte{0xff}, 64<<20), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -105,10 +106,13 @@ func image(t testing.TB, dir, fs string, mib int) string {
 
 func (l *queueLab) machine(fs, img, work string, r *Initramfs) *Machine {
 	m := &Machine{Arch: queueArch, Kernel: l.kernel, Initramfs: r, Memory: "128M", Dir: work, Timeout: 3 * time.Minute}
-	if fs == "ubifs" {
+	switch fs {
+	case "ubifs":
 		m.Flash = img
 		m.Append = "ubi.mtd=0"
-	} else {
+	case "jffs2":
+		m.Flash = img
+	default:
 		m.Disks = []string{img}
 	}
 	return m
@@ -142,7 +146,7 @@ func powerCuts() int {
 // still there unless the queue evicted it (oldest first, to stay within
 // its bound), and the bound holds.
 func TestPowerCut(t *testing.T) {
-	for _, fs := range []string{"ext4", "vfat", "ubifs"} {
+	for _, fs := range []string{"ext4", "vfat", "jffs2"} {
 		fs := fs
 		t.Run(fs, func(t *testing.T) { powerCut(t, fs, powerCuts()) })
 	}

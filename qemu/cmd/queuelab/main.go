@@ -90,6 +90,9 @@ func mountFS(fs string) {
 	switch fs {
 	case "ext4", "vfat":
 		err = syscall.Mount("/dev/vda", mnt, fs, 0, "")
+	case "jffs2":
+		// JFFS2 mounts the erased NOR flash directly.
+		err = syscall.Mount("mtd0", mnt, "jffs2", 0, "")
 	case "ubifs":
 		if err = ubiVolume(); err == nil {
 			err = syscall.Mount("ubi0:queue", mnt, "ubifs", 0, "")
