@@ -75,6 +75,10 @@ type Machine struct {
 	// (and a drive on unit 0 would be taken as firmware, which loads the
 	// kernel instead of -kernel). Images start erased (0xff).
 	Flash string
+	// DTB replaces the machine's generated device tree (-dtb); QEMU still
+	// fills in /chosen (command line, initrd) and the memory node. Used to
+	// give the flash a partition table (UBI refuses a raw CFI chip).
+	DTB string
 }
 
 // Result is what a boot produced.
@@ -239,6 +243,9 @@ func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 		}
 		a[2] += ",secure=on" // "-M", "virt"
 		a = append(a, "-drive", "if=pflash,unit=1,format=raw,file="+m.Flash)
+	}
+	if m.DTB != "" {
+		a = append(a, "-dtb", m.DTB)
 	}
 	for i, d := range m.Disks {
 		// virtio-blk-device on the virt machines' MMIO bus, virtio-blk-pci on x86.

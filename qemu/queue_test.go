@@ -27,6 +27,7 @@ const queueArch = "aarch64"
 
 // queueLab is what every queue guest needs: the kernel and the binaries.
 type queueLab struct {
+	t                                      testing.TB
 	kernel, init, queuelab, handler, crash string
 }
 
@@ -39,7 +40,7 @@ func newQueueLab(t testing.TB, work string) *queueLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &queueLab{kernel: kernel}
+	l := &queueLab{t: t, kernel: kernel}
 	l.init = goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", queueArch, filepath.Join(work, "init"))
 	l.queuelab = goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/queuelab", queueArch, filepath.Join(work, "queuelab"))
 	l.handler = goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", queueArch, filepath.Join(work, "unwound-handler"))
@@ -104,12 +105,69 @@ func image(t testing.TB, dir, fs string, mib int) string {
 	return p
 }
 
+// partitionedDTB dumps the device tree QEMU makes for m, adds a partition
+// "queue" covering the whole flash bank (fixed-partitions, read by the
+// kernel's ofpart), and compiles it again (dtc, from device-tree-compiler).
+// UBI refuses to attach a raw CFI chip (it has an erase-region table,
+// drivers/mtd/ubi/build.c io_init); on a partition it attaches.
+func (l *queueLab) partitionedDTB(m *Machine, work string) string {
+	out := filepath.Join(work, "virt-queue.dtb")
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	raw := filepath.Join(work, "virt.dtb")
+	empty := filepath.Join(work, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	args, err := m.args(empty, filepath.Join(work, "dump-console"), filepath.Join(work, "dump-ship"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	args[2] += ",dumpdtb=" + raw
+	if b, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		l.t.Fatalf("dumpdtb: %v\n%s", err, b)
+	}
+	dts, err := exec.Command("dtc", "-q", "-I", "dtb", "-O", "dts", raw).Output()
+	if err != nil {
+		l.t.Fatalf("dtc (make deps installs device-tree-compiler): %v", err)
+	}
+	const node = "flash@4000000 {"
+	i := bytes.Index(dts, []byte(node))
+	if i < 0 {
+		l.t.Fatalf("no %s in the device tree", node)
+	}
+	// Subnodes go after the properties: before the node's closing brace.
+	j := bytes.Index(dts[i:], []byte("\n\t};"))
+	if j < 0 {
+		l.t.Fatalf("%s: no end", node)
+	}
+	i += j + 1
+	parts := `
+		partitions {
+			compatible = "fixed-partitions";
+			#address-cells = <1>;
+			#size-cells = <1>;
+			partition@0 {
+				label = "queue";
+				reg = <0x0 0x4000000>;
+			};
+		};
+`
+	dts = append(dts[:i:i], append([]byte(parts), dts[i:]...)...)
+	cmd := exec.Command("dtc", "-q", "-I", "dts", "-O", "dtb", "-o", out, "-")
+	cmd.Stdin = bytes.NewReader(dts)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		l.t.Fatalf("dtc: %v\n%s", err, b)
+	}
+	return out
+}
+
 func (l *queueLab) machine(fs, img, work string, r *Initramfs) *Machine {
 	m := &Machine{Arch: queueArch, Kernel: l.kernel, Initramfs: r, Memory: "128M", Dir: work, Timeout: 3 * time.Minute}
 	switch fs {
 	case "ubifs":
 		m.Flash = img
-		m.Append = "ubi.mtd=0"
+		m.Append = "ubi.mtd=queue"
+		m.DTB = l.partitionedDTB(m, work)
 	case "jffs2":
 		m.Flash = img
 	default:
@@ -146,7 +204,7 @@ func powerCuts() int {
 // still there unless the queue evicted it (oldest first, to stay within
 // its bound), and the bound holds.
 func TestPowerCut(t *testing.T) {
-	for _, fs := range []string{"ext4", "vfat", "jffs2"} {
+	for _, fs := range []string{"ext4", "vfat", "jffs2", "ubifs"} {
 		fs := fs
 		t.Run(fs, func(t *testing.T) { powerCut(t, fs, powerCuts()) })
 	}
