@@ -349,11 +349,15 @@ func (c *crash) store(r *report.Report) int {
 		}
 		return 0
 	}
+	// Evicted and expired reports are never sent: the next report says
+	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {
 		c.log.Warnf("queue full: evicted %s", e)
+		c.count("evicted")
 	}
 	for _, e := range res.Expired {
 		c.log.Infof("queue: %s is older than queue.max_age, removed", e)
+		c.count("expired")
 	}
 	ct := r.Crashed()
 	frames := 0
@@ -363,6 +367,13 @@ func (c *crash) store(r *report.Report) int {
 	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
+}
+
+// count records a report removed from the queue, for the next report.
+func (c *crash) count(reason string) {
+	if c.policy.Dir != "" {
+		admit.Drop(c.policy, reason)
+	}
 }
 
 // lost counts a report that could not be stored, and gives back the drops
