@@ -223,7 +223,32 @@ func powerCut(t *testing.T, fs string, cuts int) {
 	known := map[uint64]pcEntry{}
 	stored, evicted, maxListed := 0, 0, 0
 	start := time.Now()
+	repaired := 0
 	for cut := 0; cut <= cuts; cut++ {
+		if fs == "vfat" && cut > 0 {
+			// FAT has no journal: a cut can leave its allocation table and
+			// a directory disagreeing (freed clusters still referenced),
+			// whatever the writer does, and Linux then remounts read-only.
+			// Boards check it at boot (systemd-fsck, fsck.vfat -a), and so
+			// does this test, before every boot.
+			out, err := exec.Command("fsck.vfat", "-a", "-w", img).CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 {
+				// Every cut leaves the dirty bit; count the real repairs.
+				var fixes []string
+				for _, ln := range strings.Split(string(out), "\n") {
+					if ln = strings.TrimSpace(ln); ln != "" && !strings.HasPrefix(ln, "fsck.fat") && !strings.Contains(ln, "irty bit") &&
+						!strings.Contains(ln, " files, ") {
+						fixes = append(fixes, ln)
+					}
+				}
+				if len(fixes) > 0 {
+					repaired++
+					t.Logf("cut %d: fsck.vfat: %s", cut, strings.Join(fixes, " "))
+				}
+			} else if err != nil {
+				t.Fatalf("fsck.vfat: %v\n%s", err, out)
+			}
+		}
 		m := l.machine(fs, img, work, r)
 		console := filepath.Join(work, "console.log")
 		os.Remove(console) // the previous boot's, before polling for the new one
@@ -321,8 +346,8 @@ func powerCut(t *testing.T, fs string, cuts int) {
 			t.Fatalf("console of cut %d:\n%s", cut, tail(res.Console, 4000))
 		}
 	}
-	t.Logf("%s: %d power cuts in %v; %d stores confirmed, %d evictions, at most %d entries listed after a cut",
-		fs, cuts, time.Since(start).Round(time.Second), stored, evicted, maxListed)
+	t.Logf("%s: %d power cuts in %v; %d stores confirmed, %d evictions, at most %d entries listed after a cut, %d fsck repairs",
+		fs, cuts, time.Since(start).Round(time.Second), stored, evicted, maxListed, repaired)
 }
 
 // TestFullFilesystem: the handler meets ENOSPC: the crash is lost with a
@@ -410,16 +435,18 @@ max_concurrent = 2
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stormLine, counts string
+	var stormLine, counts, baseline string
 	for _, ln := range qlLines(res.Console) {
 		switch {
+		case strings.HasPrefix(ln, "BASELINE "):
+			baseline = ln
 		case strings.HasPrefix(ln, "STORM "):
 			stormLine = ln
 		case strings.HasPrefix(ln, "COUNTS "):
 			counts = ln
 		}
 	}
-	t.Logf("%s\n%s", stormLine, counts)
+	t.Logf("%s\n%s\n%s", baseline, stormLine, counts)
 	kv := func(line, key string) string {
 		m := regexp.MustCompile(`\b` + key + `=(\S*)`).FindStringSubmatch(line)
 		if m == nil {
@@ -443,8 +470,18 @@ max_concurrent = 2
 			t.Errorf("%s: over the per-executable limit of 3", pe)
 		}
 	}
-	if p99 := atoi(kv(stormLine, "p99")); p99 > 5000 {
-		t.Errorf("99th percentile crash-to-reap %d ms: services do not restart promptly", p99)
+	// Promptly: against the same storm with a core_pattern helper that
+	// exits at once, in the same guest (TCG and the host's load make
+	// absolute times meaningless).
+	for _, p := range []string{"restart_ms_p50", "p90"} {
+		b, h := atoi(kv(baseline, p)), atoi(kv(stormLine, p))
+		if b < 1 {
+			b = 1
+		}
+		t.Logf("crash-to-reap %s: %d ms with the handler, %d ms with a helper that exits at once: %.2fx", p, h, b, float64(h)/float64(b))
+		if h > 4*b+200 {
+			t.Errorf("crash-to-reap %s: %d ms with the handler vs %d ms baseline: services do not restart promptly", p, h, b)
+		}
 	}
 	if avail := atoi(kv(stormLine, "memavail_min_kib")); avail < 16<<10 {
 		t.Errorf("MemAvailable fell to %d KiB", avail)

@@ -263,6 +263,15 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 		total -= es[0].Size
 		es = es[1:]
 	}
+	if len(res.Evicted) > 0 || len(res.Expired) > 0 {
+		// The removals reach the disk before the new entry does: a power
+		// cut between the two must not leave the queue over its bound
+		// (on FAT the entry would otherwise land first, from the file's
+		// fsync below).
+		if err := syncDir(q.dir); err != nil {
+			return res, fmt.Errorf("queue: fsync %s: %w", q.dir, err)
+		}
+	}
 	var when int64
 	if report.TrustedTime(crashTime) {
 		when = crashTime

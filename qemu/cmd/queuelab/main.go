@@ -9,6 +9,7 @@
 //	                       left, free space, crash again
 //	queuelab storm N       N crashes of several services at once under
 //	                       the handler, then the counts
+//	queuelab nop           a core_pattern helper that exits at once (baseline)
 //	queuelab bench N       N stores through the queue and N plain
 //	                       write+fsync of the same bytes, with the disk's
 //	                       sectors written for each
@@ -58,6 +59,9 @@ func main() {
 		fail("usage: queuelab powercut|fullfs|storm|bench")
 	}
 	switch os.Args[1] {
+	case "nop":
+		// The baseline core_pattern helper: exits at once, which ends the dump.
+		return
 	case "powercut":
 		mountFS(os.Args[2])
 		powercut()
@@ -378,9 +382,32 @@ func fullFS() {
 	}
 }
 
-// storm crashes n times, spread over services /bin/svc0..3 that restart
-// as soon as they are reaped, all at once.
+// storm first crashes n times with a helper that exits at once as
+// core_pattern (the baseline: what a crash costs with no reporter), then n
+// times with the core_pattern the plan set (the handler), and prints the
+// crash-to-reap figures of both and the counts.
 func storm(n int) {
+	const cp = "/proc/sys/kernel/core_pattern"
+	handler, err := os.ReadFile(cp)
+	if err != nil {
+		fail("%v", err)
+	}
+	if err := os.WriteFile(cp, []byte("|/bin/queuelab nop"), 0o644); err != nil {
+		fail("%v", err)
+	}
+	p50, p90, p99, _, _ := crashStorm(n)
+	say("BASELINE crashes=%d restart_ms_p50=%d p90=%d p99=%d", n, p50, p90, p99)
+	if err := os.WriteFile(cp, handler, 0o644); err != nil {
+		fail("%v", err)
+	}
+	stormCounts(n)
+}
+
+// crashStorm crashes n times, spread over services /bin/svc0..3 that
+// restart as soon as they are reaped, four instances of each at once, and
+// returns crash-to-reap percentiles in ms, the most handlers seen at once
+// and the lowest MemAvailable.
+func crashStorm(n int) (p50, p90, p99 int64, maxH int, minAvail int64) {
 	services, _ := filepath.Glob("/bin/svc*")
 	sort.Strings(services)
 	var (
@@ -388,9 +415,8 @@ func storm(n int) {
 		latencies []time.Duration
 		perSvc    = map[string]int{}
 		left      = n
-		maxH      int
-		minAvail  = int64(1 << 62)
 	)
+	minAvail = 1 << 62
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -444,7 +470,13 @@ func storm(n int) {
 	pct := func(p float64) int64 { return latencies[int(p*float64(len(latencies)-1))].Milliseconds() }
 	say("STORM crashes=%d seconds=%.2f restart_ms_p50=%d p90=%d p99=%d max=%d handlers_max=%d memavail_min_kib=%d",
 		len(latencies), elapsed.Seconds(), pct(0.5), pct(0.9), pct(0.99), pct(1), maxH, minAvail)
-	// What the queue holds, and the drops the reports and the state carry.
+	return pct(0.5), pct(0.9), pct(0.99), maxH, minAvail
+}
+
+// stormCounts runs the storm under the handler and prints what the queue
+// holds and the drops the reports and the admission state carry.
+func stormCounts(n int) {
+	crashStorm(n)
 	q, err := queue.Open(qdir, queue.Options{})
 	if err != nil {
 		fail("%v", err)
