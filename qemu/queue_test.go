@@ -223,7 +223,7 @@ func powerCut(t *testing.T, fs string, cuts int) {
 	known := map[uint64]pcEntry{}
 	stored, evicted, maxListed := 0, 0, 0
 	start := time.Now()
-	repaired := 0
+	repaired, quarantined := 0, 0
 	for cut := 0; cut <= cuts; cut++ {
 		if fs == "vfat" && cut > 0 {
 			// FAT has no journal: a cut can leave its allocation table and
@@ -290,7 +290,18 @@ func powerCut(t *testing.T, fs string, cuts int) {
 			f := strings.Fields(ln)
 			switch f[0] {
 			case "CORRUPT":
-				t.Errorf("cut %d: %s", cut, ln)
+				// Quarantined by the reader, never served. On a journaled
+				// filesystem this never happens. On FAT, fsck may truncate
+				// an entry whose store was cut between its rename and the
+				// directory's fsync (it shared clusters with the temp):
+				// allowed only if the store was not confirmed.
+				n, _ := queue.ParseEntry(f[1])
+				if e, ok := known[n.Seq]; fs != "vfat" || (ok && e.name == f[1]) {
+					t.Errorf("cut %d: %s", cut, ln)
+				} else {
+					quarantined++
+					t.Logf("cut %d: unconfirmed entry quarantined: %s", cut, ln)
+				}
 			case "ENTRY":
 				n, err := queue.ParseEntry(f[1])
 				if err != nil {
@@ -346,8 +357,8 @@ func powerCut(t *testing.T, fs string, cuts int) {
 			t.Fatalf("console of cut %d:\n%s", cut, tail(res.Console, 4000))
 		}
 	}
-	t.Logf("%s: %d power cuts in %v; %d stores confirmed, %d evictions, at most %d entries listed after a cut, %d fsck repairs",
-		fs, cuts, time.Since(start).Round(time.Second), stored, evicted, maxListed, repaired)
+	t.Logf("%s: %d power cuts in %v; %d stores confirmed, %d evictions, at most %d entries listed after a cut, %d fsck repairs, %d unconfirmed entries quarantined",
+		fs, cuts, time.Since(start).Round(time.Second), stored, evicted, maxListed, repaired, quarantined)
 }
 
 // TestFullFilesystem: the handler meets ENOSPC: the crash is lost with a
