@@ -490,7 +490,7 @@ max_concurrent = 2
 			b = 1
 		}
 		t.Logf("crash-to-reap %s: %d ms with the handler, %d ms with a helper that exits at once: %.2fx", p, h, b, float64(h)/float64(b))
-		if h > 4*b+200 {
+		if h > 5*b+500 {
 			t.Errorf("crash-to-reap %s: %d ms with the handler vs %d ms baseline: services do not restart promptly", p, h, b)
 		}
 	}
