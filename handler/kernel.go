@@ -325,6 +325,8 @@ func (c *crash) store(r *report.Report) int {
 		MaxEntries:    c.cfg.Queue.MaxEntries,
 		MaxBytes:      int64(c.cfg.Queue.MaxBytesKiB) << 10,
 		MinFreeBytes:  int64(c.cfg.Queue.MinFreeKiB) << 10,
+		MinFreeInodes: int64(c.cfg.Queue.MinFreeInodes),
+		MaxAge:        c.cfg.Queue.MaxAge.D(),
 		WhenFull:      c.cfg.Queue.WhenFull,
 		AllowVolatile: c.cfg.Queue.AllowVolatile,
 	})
@@ -333,7 +335,11 @@ func (c *crash) store(r *report.Report) int {
 		c.lost("queue_unusable")
 		return 0
 	}
-	res, err := q.Put(z, r.BootID)
+	var crashTime int64
+	if r.TimeTrusted {
+		crashTime = r.Time
+	}
+	res, err := q.PutAt(z, r.BootID, crashTime)
 	if err != nil {
 		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		if errors.Is(err, queue.ErrFull) {
@@ -343,8 +349,15 @@ func (c *crash) store(r *report.Report) int {
 		}
 		return 0
 	}
+	// Evicted and expired reports are never sent: the next report says
+	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {
 		c.log.Warnf("queue full: evicted %s", e)
+		c.count("evicted")
+	}
+	for _, e := range res.Expired {
+		c.log.Infof("queue: %s is older than queue.max_age, removed", e)
+		c.count("expired")
 	}
 	ct := r.Crashed()
 	frames := 0
@@ -354,6 +367,13 @@ func (c *crash) store(r *report.Report) int {
 	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
+}
+
+// count records a report removed from the queue, for the next report.
+func (c *crash) count(reason string) {
+	if c.policy.Dir != "" {
+		admit.Drop(c.policy, reason)
+	}
 }
 
 // lost counts a report that could not be stored, and gives back the drops

@@ -61,6 +61,24 @@ type Machine struct {
 	// backed by a host pty, and calls Link with the pty's path once QEMU
 	// has made it: the serial line the uploader talks over.
 	Link func(ptyPath string)
+	// Disks are raw images attached as virtio block devices, in order
+	// (/dev/vda, /dev/vdb, …), with cache=directsync: a write the guest
+	// saw complete is in the image file, so killing QEMU (SIGKILL) is a
+	// power cut for the guest, and the next boot of the same image sees
+	// what a board would see.
+	Disks []string
+	// Flash is a raw image of exactly 64 MiB for the second CFI flash bank
+	// of -M virt (pflash unit 1; aarch64 only). The machine then runs with
+	// secure=on: bank 0 (unit 0) becomes the secure world's and leaves the
+	// device tree, so Linux sees bank 1 alone as mtd0. Without secure=on
+	// both banks form one 128 MiB MTD whose first half has no backing file
+	// (and a drive on unit 0 would be taken as firmware, which loads the
+	// kernel instead of -kernel). Images start erased (0xff).
+	Flash string
+	// DTB replaces the machine's generated device tree (-dtb); QEMU still
+	// fills in /chosen (command line, initrd) and the memory node. Used to
+	// give the flash a partition table (UBI refuses a raw CFI chip).
+	DTB string
 }
 
 // Result is what a boot produced.
@@ -219,6 +237,22 @@ func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 		a = append(a, "-cpu", cpu)
 	}
 	a = append(a, common...)
+	if m.Flash != "" {
+		if m.Arch != "aarch64" {
+			return nil, fmt.Errorf("qemu: Flash is for aarch64 -M virt only, not %s", m.Arch)
+		}
+		a[2] += ",secure=on" // "-M", "virt"
+		a = append(a, "-drive", "if=pflash,unit=1,format=raw,file="+m.Flash)
+	}
+	if m.DTB != "" {
+		a = append(a, "-dtb", m.DTB)
+	}
+	for i, d := range m.Disks {
+		// virtio-blk-device on the virt machines' MMIO bus, virtio-blk-pci on x86.
+		dev := strings.Replace(g.serialBus, "virtio-serial", "virtio-blk", 1)
+		id := fmt.Sprintf("disk%d", i)
+		a = append(a, "-drive", "file="+d+",if=none,format=raw,cache=directsync,id="+id, "-device", dev+",drive="+id)
+	}
 	a = append(a, "-device", g.serialBus, "-device", "virtserialport,chardev=ship,name=unwound.ship",
 		"-append", "console="+g.console+" panic=-1 rdinit=/init quiet loglevel=4 "+m.Append)
 	if _, err := exec.LookPath(a[0]); err != nil {

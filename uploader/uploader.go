@@ -15,15 +15,15 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
 )
 
-// QuarantineDir is the subdirectory of the queue for rejected entries.
-const QuarantineDir = "quarantine"
+// QuarantineDir is the subdirectory of the queue for rejected entries
+// (the queue's own quarantine, bounded to queue.MaxQuarantine files).
+const QuarantineDir = queue.QuarantineDir
 
 // Item is one report to send.
 type Item struct {
@@ -118,6 +118,12 @@ func (u *Uploader) Drain(ctx context.Context) (Stats, error) {
 			if errors.Is(err, os.ErrNotExist) {
 				continue // removed meanwhile (evicted)
 			}
+			if errors.Is(err, queue.ErrCorrupt) {
+				// Read moved it to the quarantine: never sent.
+				u.logf("%v", err)
+				st.Quarantined++
+				continue
+			}
 			if err != nil {
 				return st, err
 			}
@@ -155,26 +161,17 @@ func (u *Uploader) Drain(ctx context.Context) (Stats, error) {
 	}
 }
 
-// quarantine moves an entry to the quarantine subdirectory.
+// quarantine moves an entry to the queue's quarantine.
 func (u *Uploader) quarantine(name, reason string) error {
-	dir := filepath.Join(u.Queue.Dir(), QuarantineDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("quarantine: %w", err)
+	dropped, err := u.Queue.Quarantine(name)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
-	if err := os.Rename(filepath.Join(u.Queue.Dir(), name), filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("quarantine: %w", err)
-	}
-	syncDir(dir)
-	syncDir(u.Queue.Dir())
 	u.logf("%s: quarantined: %s", name, reason)
-	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+	for _, d := range dropped {
+		u.logf("quarantine full: removed %s", d)
 	}
+	return nil
 }
 
 // Backoff is exponential with jitter: each wait is drawn from [d/2, d],

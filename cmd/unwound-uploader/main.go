@@ -18,6 +18,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -88,6 +89,7 @@ func run(args []string) int {
 		log.Print(err)
 		return 1
 	}
+	recoverQueue(q)
 	if fs.NArg() > 0 {
 		if fs.Arg(0) != "dump" {
 			log.Printf("unknown command %q", fs.Arg(0))
@@ -185,4 +187,20 @@ func dump(q *queue.Queue, args []string) int {
 	}
 	log.Printf("%d reports printed", len(es))
 	return 0
+}
+
+// recoverQueue removes the temp files a dead handler left and moves
+// entries that fail validation to the quarantine, saying so.
+func recoverQueue(q *queue.Queue) {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	r, err := q.Recover(strings.TrimSpace(string(boot)))
+	if err != nil {
+		log.Printf("queue recovery: %v", err)
+	}
+	for _, t := range r.TempsRemoved {
+		log.Printf("queue: removed the leftover temp file %s", t)
+	}
+	for _, c := range r.Quarantined {
+		log.Print(c)
+	}
 }

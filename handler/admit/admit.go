@@ -160,6 +160,17 @@ func Restore(p Policy, dropped map[string]int) {
 	save(p.Dir, st)
 }
 
+// Pending returns the drops counted since the last admitted report: what
+// the next report will carry.
+func Pending(dir string) map[string]int {
+	lock, err := flock(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
+	if err != nil {
+		return nil
+	}
+	defer lock.Close()
+	return load(dir).Dropped
+}
+
 // Drop counts a crash lost for another reason (queue full, …).
 func Drop(p Policy, reason string) { record(p.Dir, reason) }
 

@@ -89,3 +89,16 @@ func TestCorruptStateIsReset(t *testing.T) {
 func writeGarbage(dir string) error {
 	return os.WriteFile(dir+"/rate.json", []byte("{not json"), 0o600)
 }
+
+func TestPendingIsWhatTheNextReportCarries(t *testing.T) {
+	now = func() int64 { return 5000 }
+	p := Policy{Dir: t.TempDir(), Count: 1, Window: time.Hour}
+	tk, _ := Check(p, "/a")
+	tk.Release()
+	Check(p, "/a")
+	Drop(p, "queue_full")
+	got := Pending(p.Dir)
+	if got[ReasonRateGlobal] != 1 || got["queue_full"] != 1 || len(got) != 2 {
+		t.Errorf("pending %v", got)
+	}
+}

@@ -65,6 +65,7 @@ type Queue struct {
 	MaxEntries    int      `toml:"max_entries"`
 	MaxBytesKiB   int      `toml:"max_bytes_kib"`
 	MinFreeKiB    int      `toml:"min_free_kib"`
+	MinFreeInodes int      `toml:"min_free_inodes"`
 	MaxAge        Duration `toml:"max_age"`
 	WhenFull      string   `toml:"when_full"`
 	AllowVolatile bool     `toml:"allow_volatile"` // accept tmpfs/ramfs (tests, boards without flash)
@@ -113,12 +114,13 @@ func Default() *Config {
 			Live:           true,
 		},
 		Queue: Queue{
-			Dir:         "/var/lib/unwound/queue",
-			MaxEntries:  200,
-			MaxBytesKiB: 512,
-			MinFreeKiB:  10240,
-			MaxAge:      Duration(720 * time.Hour),
-			WhenFull:    "evict-oldest",
+			Dir:           "/var/lib/unwound/queue",
+			MaxEntries:    200,
+			MaxBytesKiB:   512,
+			MinFreeKiB:    10240,
+			MinFreeInodes: 64,
+			MaxAge:        Duration(720 * time.Hour),
+			WhenFull:      "evict-oldest",
 		},
 		RateLimit: RateLimit{
 			Count:         5,
@@ -339,6 +341,7 @@ func (c *Config) check() []problem {
 	rng("queue.max_entries", q.MaxEntries, 1, 1<<20)
 	rng("queue.max_bytes_kib", q.MaxBytesKiB, 16, 1<<30)
 	rng("queue.min_free_kib", q.MinFreeKiB, 0, 1<<30)
+	rng("queue.min_free_inodes", q.MinFreeInodes, 0, 1<<30)
 	pos("queue.max_age", q.MaxAge)
 	oneOf("queue.when_full", q.WhenFull, "evict-oldest", "drop-newest")
 	r := &c.RateLimit

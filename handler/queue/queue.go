@@ -2,11 +2,12 @@
 // `.json.zst` files, written by the handler and drained by the uploader.
 //
 // Entries appear atomically (temp file, fsync, rename, fsync the directory):
-// a reader sees a whole entry or none. Names are FAT-safe and ordered by a
-// sequence number, never by wall-clock time (boards without an RTC start in
-// 1970): "0000000042-1a2b3c4d.json.zst", the number being the highest in the
-// queue plus one, the suffix the first 8 hex digits of the boot id. The
-// lock (flock on ".lock") is held only to pick the number, evict and rename.
+// a reader sees a whole entry or none, and Read validates what it returns
+// (the zstd content checksum), moving anything else to a bounded
+// quarantine. Names are FAT-safe and ordered by a sequence number, never by
+// wall-clock time (boards without an RTC start in 1970): see Name. The
+// lock (flock on ".lock") is held only to pick the number, evict and rename
+// (and, shared, for the instant a temp file is created and locked).
 package queue
 
 import (
@@ -15,21 +16,26 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/handler/report"
 	"golang.org/x/sys/unix"
 )
 
 // Suffix of every entry.
 const Suffix = ".json.zst"
 
+// QuarantineDir is the subdirectory for entries that failed validation
+// (and, from the uploader, reports the receiver refused).
+const QuarantineDir = "quarantine"
+
+// MaxQuarantine bounds the quarantine: beyond it the oldest go.
+const MaxQuarantine = 16
+
 const (
 	lockName  = ".lock"
-	tmpPrefix = ".tmp-"
-	// Temp files older than this are leftovers of a handler that died.
-	staleTmp = 10 * time.Minute
+	tmpPrefix = ".tmp-" // + boot tag + "-" + random
 )
 
 // Policy when the queue is full.
@@ -43,8 +49,10 @@ type Options struct {
 	MaxEntries    int
 	MaxBytes      int64
 	MinFreeBytes  int64
-	WhenFull      string // EvictOldest (default) or DropNewest
-	AllowVolatile bool   // accept tmpfs/ramfs
+	MinFreeInodes int64         // ignored where statfs reports no inode counts (FAT, UBIFS, JFFS2)
+	MaxAge        time.Duration // only for entries with a trusted time, and only once the clock is trusted
+	WhenFull      string        // EvictOldest (default) or DropNewest
+	AllowVolatile bool          // accept tmpfs/ramfs
 }
 
 // ErrFull is returned by Put under DropNewest when the entry does not fit.
@@ -54,12 +62,15 @@ var ErrFull = errors.New("queue full")
 type Queue struct {
 	dir string
 	opt Options
+	// now is the wall clock (a test sets it).
+	now func() time.Time
 }
 
 // Entry is one queued report.
 type Entry struct {
 	Name string
 	Seq  uint64
+	Time int64 // trusted crash time, unix seconds; 0 when not trusted
 	Size int64
 }
 
@@ -94,22 +105,11 @@ func Open(dir string, opt Options) (*Queue, error) {
 	if opt.WhenFull == "" {
 		opt.WhenFull = EvictOldest
 	}
-	return &Queue{dir: dir, opt: opt}, nil
+	return &Queue{dir: dir, opt: opt, now: time.Now}, nil
 }
 
 // Dir is the queue's directory.
 func (q *Queue) Dir() string { return q.dir }
-
-// ParseName returns the sequence number of an entry name.
-func ParseName(name string) (uint64, bool) {
-	if !strings.HasSuffix(name, Suffix) || strings.HasPrefix(name, ".") {
-		return 0, false
-	}
-	base := strings.TrimSuffix(name, Suffix)
-	num, _, _ := strings.Cut(base, "-")
-	n, err := strconv.ParseUint(num, 10, 64)
-	return n, err == nil
-}
 
 // List returns the entries, oldest (lowest sequence) first.
 func (q *Queue) List() ([]Entry, error) {
@@ -119,15 +119,15 @@ func (q *Queue) List() ([]Entry, error) {
 	}
 	var es []Entry
 	for _, de := range des {
-		seq, ok := ParseName(de.Name())
-		if !ok || !de.Type().IsRegular() {
+		n, err := ParseEntry(de.Name())
+		if err != nil || !de.Type().IsRegular() {
 			continue
 		}
 		info, err := de.Info()
 		if err != nil {
 			continue // removed meanwhile
 		}
-		es = append(es, Entry{Name: de.Name(), Seq: seq, Size: info.Size()})
+		es = append(es, Entry{Name: de.Name(), Seq: n.Seq, Time: n.Time, Size: info.Size()})
 	}
 	sort.Slice(es, func(i, j int) bool {
 		if es[i].Seq != es[j].Seq {
@@ -138,18 +138,40 @@ func (q *Queue) List() ([]Entry, error) {
 	return es, nil
 }
 
-// Read returns an entry's bytes.
-func (q *Queue) Read(name string) ([]byte, error) {
-	if _, ok := ParseName(name); !ok || strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("queue: %q is not an entry name", name)
+func checkName(name string) error {
+	if strings.ContainsRune(name, '/') {
+		return fmt.Errorf("queue: %q is not an entry name", name)
 	}
-	return os.ReadFile(filepath.Join(q.dir, name))
+	_, err := ParseEntry(name)
+	return err
+}
+
+// Read returns an entry's bytes once they pass Validate. An entry that
+// fails is moved to the quarantine and the error is a *CorruptError
+// (errors.Is(err, ErrCorrupt)); the caller logs it and goes on with the
+// next entry. A missing entry is os.ErrNotExist.
+func (q *Queue) Read(name string) ([]byte, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(q.dir, name))
+	if err != nil {
+		return nil, err
+	}
+	if verr := Validate(data); verr != nil {
+		ce := &CorruptError{Name: name, Err: verr}
+		if _, qerr := q.Quarantine(name); qerr == nil {
+			ce.Quarantined = true
+		}
+		return nil, ce
+	}
+	return data, nil
 }
 
 // Remove deletes an entry (the uploader, once the receiver acknowledged).
 func (q *Queue) Remove(name string) error {
-	if _, ok := ParseName(name); !ok || strings.ContainsRune(name, '/') {
-		return fmt.Errorf("queue: %q is not an entry name", name)
+	if err := checkName(name); err != nil {
+		return err
 	}
 	err := os.Remove(filepath.Join(q.dir, name))
 	if err == nil {
@@ -162,23 +184,35 @@ func (q *Queue) Remove(name string) error {
 type PutResult struct {
 	Name    string
 	Evicted []string // entries removed to make room
+	Expired []string // entries removed for being older than MaxAge
 }
 
-// Put stores data as a new entry. The data is written to a temp file and
-// fsynced before the lock is taken; any write, fsync or close error unlinks
-// the temp file and writes it again once from memory (after a failed fsync
-// Linux marks the pages clean, so retrying fsync on the same file would
-// "succeed" with the data gone).
+// Put stores data as a new entry whose crash time is not trusted.
 func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
+	return q.PutAt(data, bootID, 0)
+}
+
+// PutAt stores data as a new entry. crashTime is the crash's wall-clock
+// time in unix seconds when the clock was trusted (report.TrustedTime),
+// else 0: it goes into the name, and only such entries ever age out.
+//
+// The data is written to a temp file and fsynced before the lock is
+// taken; any write, fsync or close error unlinks the temp file and writes
+// it again once from memory (after a failed fsync Linux marks the pages
+// clean, so retrying fsync on the same file would "succeed" with the data
+// gone). On any error nothing of this entry is left in the directory.
+func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, error) {
 	var res PutResult
-	tmp, err := q.writeTemp(data)
+	boot := bootTag(bootID)
+	tmp, err := q.writeTemp(data, boot)
 	if err != nil {
-		tmp, err = q.writeTemp(data)
+		tmp, err = q.writeTemp(data, boot)
 		if err != nil {
 			return res, err
 		}
 	}
-	defer os.Remove(tmp) // no-op after the rename
+	defer tmp.Close()           // the temp's lock, held until after the rename
+	defer os.Remove(tmp.Name()) // no-op after the rename
 
 	unlock, err := q.lock()
 	if err != nil {
@@ -190,12 +224,16 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 	if err != nil {
 		return res, err
 	}
-	q.removeStaleTemps()
+	q.removeStaleTemps(boot)
 	var next uint64 = 1
 	if len(es) > 0 {
 		next = es[len(es)-1].Seq + 1
 	}
-	// Make room: count, bytes, free space.
+	if q.opt.MaxAge > 0 {
+		es, res.Expired = q.expire(es)
+	}
+	// Make room: count, bytes, free space and inodes (measured with the
+	// temp file already written, so it counts itself).
 	size := int64(len(data))
 	var total int64
 	for _, e := range es {
@@ -208,7 +246,11 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 		if q.opt.MaxBytes > 0 && total+size > q.opt.MaxBytes {
 			return true
 		}
-		return q.opt.MinFreeBytes > 0 && freeBytes(q.dir) < q.opt.MinFreeBytes
+		if q.opt.MinFreeBytes <= 0 && q.opt.MinFreeInodes <= 0 {
+			return false
+		}
+		bytes, inodes := free(q.dir)
+		return bytes < q.opt.MinFreeBytes || (inodes >= 0 && inodes < q.opt.MinFreeInodes)
 	}
 	for full() {
 		if q.opt.WhenFull == DropNewest || len(es) == 0 {
@@ -221,9 +263,31 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 		total -= es[0].Size
 		es = es[1:]
 	}
-	name := fmt.Sprintf("%010d-%s%s", next, bootTag(bootID), Suffix)
-	if err := os.Rename(tmp, filepath.Join(q.dir, name)); err != nil {
+	if len(res.Evicted) > 0 || len(res.Expired) > 0 {
+		// The removals reach the disk before the new entry does: a power
+		// cut between the two must not leave the queue over its bound
+		// (on FAT the entry would otherwise land first, from the file's
+		// fsync below).
+		if err := syncDir(q.dir); err != nil {
+			return res, fmt.Errorf("queue: fsync %s: %w", q.dir, err)
+		}
+	}
+	var when int64
+	if report.TrustedTime(crashTime) {
+		when = crashTime
+	}
+	name := Name{Seq: next, Boot: boot, Time: when}.String()
+	if err := os.Rename(tmp.Name(), filepath.Join(q.dir, name)); err != nil {
 		return res, fmt.Errorf("queue: %w", err)
+	}
+	// On FAT the size and first cluster live in the directory entry, and
+	// a rename makes a new entry with neither: they reach it when the
+	// inode is written, which fsync of the directory does not do (without
+	// -o dirsync, fs/fat/namei_vfat.c). A power cut then leaves an empty
+	// file. fsync the file under its new name first; elsewhere this costs
+	// nothing (ext4 commits the rename either way).
+	if err := tmp.Sync(); err != nil {
+		return res, fmt.Errorf("queue: fsync %s: %w", name, err)
 	}
 	if err := syncDir(q.dir); err != nil {
 		return res, fmt.Errorf("queue: fsync %s: %w", q.dir, err)
@@ -232,45 +296,69 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 	return res, nil
 }
 
-func (q *Queue) writeTemp(data []byte) (string, error) {
-	f, err := os.CreateTemp(q.dir, tmpPrefix+"*")
-	if err != nil {
-		return "", fmt.Errorf("queue: %w", err)
+// expire removes entries older than MaxAge. Only trusted times age: an
+// entry written before the clock was set has none, and while the clock
+// itself is not trusted (before NTP sync on a board without an RTC)
+// nothing ages at all.
+func (q *Queue) expire(es []Entry) (kept []Entry, expired []string) {
+	now := q.now().Unix()
+	if !report.TrustedTime(now) {
+		return es, nil
 	}
+	limit := int64(q.opt.MaxAge / time.Second)
+	for _, e := range es {
+		if e.Time > 0 && e.Time <= now && now-e.Time > limit {
+			if err := os.Remove(filepath.Join(q.dir, e.Name)); err == nil || errors.Is(err, os.ErrNotExist) {
+				expired = append(expired, e.Name)
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	return kept, expired
+}
+
+// writeTemp writes data into a new temp file and fsyncs it. The file is
+// returned open, holding a flock that tells removeStaleTemps its writer is
+// alive. The temp is created and flocked under the queue lock taken
+// shared, so a reaper (which holds it exclusive) never sees it unlocked;
+// the write and fsync happen outside any queue lock.
+func (q *Queue) writeTemp(data []byte, boot string) (*os.File, error) {
+	unlock, err := q.lockHow(unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(q.dir, tmpPrefix+boot+"-*")
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	unlock()
 	name := f.Name()
-	_, err = f.Write(data)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
+		f.Close()
 		os.Remove(name)
-		return "", fmt.Errorf("queue: writing %s: %w", filepath.Base(name), err)
+		return nil, fmt.Errorf("queue: writing %s: %w", filepath.Base(name), err)
 	}
-	return name, nil
+	return f, nil
 }
 
-func (q *Queue) removeStaleTemps() {
-	des, _ := os.ReadDir(q.dir)
-	for _, de := range des {
-		if !strings.HasPrefix(de.Name(), tmpPrefix) {
-			continue
-		}
-		if info, err := de.Info(); err == nil && time.Since(info.ModTime()) > staleTmp {
-			os.Remove(filepath.Join(q.dir, de.Name()))
-		}
-	}
-}
+func (q *Queue) lock() (func(), error) { return q.lockHow(unix.LOCK_EX) }
 
-func (q *Queue) lock() (func(), error) {
+func (q *Queue) lockHow(how int) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(q.dir, lockName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("queue: lock: %w", err)
 	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err = unix.Flock(int(f.Fd()), how)
 		if err != unix.EINTR {
 			break
 		}
@@ -291,27 +379,17 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-func freeBytes(dir string) int64 {
+// free returns the bytes available to unprivileged writers and the free
+// inodes, -1 where the filesystem has no inode count (FAT, UBIFS and
+// JFFS2 report 0 files). statfs is an estimate on UBIFS and JFFS2.
+func free(dir string) (bytes, inodes int64) {
 	var fs unix.Statfs_t
 	if unix.Statfs(dir, &fs) != nil {
-		return 1 << 62 // unknown: do not evict on a guess
+		return 1 << 62, -1 // unknown: do not evict on a guess
 	}
-	return int64(fs.Bavail) * int64(fs.Bsize)
-}
-
-// bootTag is the first 8 hex digits of the boot id, FAT-safe.
-func bootTag(bootID string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(bootID) {
-		if (r >= '0' && r <= '9') || (r >= 'a' && r <= 'f') {
-			b.WriteRune(r)
-			if b.Len() == 8 {
-				break
-			}
-		}
+	inodes = -1
+	if fs.Files > 0 {
+		inodes = int64(fs.Ffree)
 	}
-	for b.Len() < 8 {
-		b.WriteByte('0')
-	}
-	return b.String()
+	return int64(fs.Bavail) * int64(fs.Bsize), inodes
 }

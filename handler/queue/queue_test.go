@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/report"
 )
 
 func open(t *testing.T, opt Options) *Queue {
@@ -21,10 +23,20 @@ func open(t *testing.T, opt Options) *Queue {
 	return q
 }
 
+// entry is a valid entry's bytes: a checksummed zstd frame of JSON.
+func entry(t testing.TB, s string) []byte {
+	t.Helper()
+	z, err := report.Compress([]byte(fmt.Sprintf("%q", s)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
 func TestPutOrdersBySequenceAndIsReadable(t *testing.T) {
 	q := open(t, Options{MaxEntries: 10})
 	for i := 0; i < 3; i++ {
-		r, err := q.Put([]byte(fmt.Sprint("report", i)), "6f1b2c3d-0000-4000-8000-000000000000")
+		r, err := q.Put(entry(t, fmt.Sprint("report", i)), "6f1b2c3d-0000-4000-8000-000000000000")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +51,7 @@ func TestPutOrdersBySequenceAndIsReadable(t *testing.T) {
 	}
 	for i, e := range es {
 		b, err := q.Read(e.Name)
-		if err != nil || string(b) != fmt.Sprint("report", i) {
+		if err != nil || !bytes.Equal(b, entry(t, fmt.Sprint("report", i))) {
 			t.Errorf("entry %d: %q, %v", i, b, err)
 		}
 	}
