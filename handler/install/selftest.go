@@ -26,8 +26,7 @@ import (
 // describing three functions), streams the core through the handler's own
 // code exactly as the kernel's pipe would (handler.Offline on a stream),
 // and checks the report: the architecture, every frame's PC and method,
-// the stop reason, the program's build ID, and that the report survives
-// its own encoding (zstd) and decoding.
+// the stop reason, the program's build ID, and that it encodes (zstd).
 
 // SelfTestResult says what the self-test saw.
 type SelfTestResult struct {
@@ -158,9 +157,10 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("self-test: encoding the report: %v", err)
 	}
-	back, err := report.Decode(enc)
-	if err != nil || len(back.Threads) != len(r.Threads) || back.ID != r.ID {
-		return nil, fmt.Errorf("self-test: the encoded report does not decode back: %v", err)
+	// Not decoded back here: the zstd decoder would add a few hundred KiB
+	// to the handler (report's own tests decode what Encode writes).
+	if !bytes.HasPrefix(enc, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		return nil, fmt.Errorf("self-test: the encoded report is not a zstd frame")
 	}
 	return &SelfTestResult{Arch: a.Name, Frames: len(r.Crashed().Frames), ReportSize: len(enc), Duration: time.Since(start)}, nil
 }
