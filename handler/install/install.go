@@ -299,6 +299,9 @@ func Install(o Options) error {
 		return err
 	}
 	o.say("wrote %s: %s = %s, %s = %d, %s = %d", ConfPath, sysctl.CorePattern, pattern, sysctl.PipeLimit, o.PipeLimit, sysctl.SuidDumpable, sysctl.WantSuidDumpable)
+	if !o.appliedAtBoot() {
+		o.say("warning: nothing on this system applies /etc/sysctl.d at boot (Yocto's sysvinit reads only /etc/sysctl.conf): the settings hold until reboot; install the package's init script, or run `unwound-handler install` at boot")
+	}
 	if o.ProcSys == "" {
 		o.say("not applied now (--root %s): the board applies %s at boot", o.Root, ConfPath)
 		return nil
@@ -323,6 +326,19 @@ func Install(o Options) error {
 	}
 	o.say("applied to the running kernel (%s)", o.ProcSys)
 	return nil
+}
+
+// BootAppliers are the programs that apply /etc/sysctl.d at boot:
+// systemd-sysctl, Buildroot's BusyBox S02sysctl, Debian's procps script.
+var BootAppliers = []string{"/lib/systemd/systemd-sysctl", "/usr/lib/systemd/systemd-sysctl", "/etc/init.d/S02sysctl", "/etc/init.d/procps"}
+
+func (o *Options) appliedAtBoot() bool {
+	for _, p := range BootAppliers {
+		if _, err := os.Stat(o.host(p)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func apply(procSys string, kvs []sysctl.KV) error {

@@ -176,7 +176,8 @@ func TestInstallScratchRoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, out)
 	}
-	for _, want := range []string{"self-test: unwound a synthetic", "queue: created /var/lib/unwound/queue", "not applied now"} {
+	for _, want := range []string{"self-test: unwound a synthetic", "queue: created /var/lib/unwound/queue", "not applied now",
+		"warning: nothing on this system applies /etc/sysctl.d at boot"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install output lacks %q:\n%s", want, out)
 		}
@@ -204,12 +205,18 @@ func TestInstallScratchRoot(t *testing.T) {
 		t.Errorf("60-unwound.conf:\n%s", text)
 	}
 
-	if out, err := run(t, root, "install", "--root", root); err != nil {
+	// With something that applies sysctl.d at boot (Buildroot's BusyBox
+	// init script here), no warning; a second install changes nothing else.
+	writeFile(t, root, "etc/init.d/S02sysctl", "#!/bin/sh\n")
+	after["/etc/init.d"] = snapshot(t, root)["/etc/init.d"]
+	after["/etc/init.d/S02sysctl"] = snapshot(t, root)["/etc/init.d/S02sysctl"]
+	if out, err := run(t, root, "install", "--root", root); err != nil || strings.Contains(out, "warning:") {
 		t.Fatalf("second install: %v\n%s", err, out)
 	}
 	if got := diff(after, snapshot(t, root)); len(got) != 0 {
 		t.Errorf("a second install changed %v", got)
 	}
+	os.RemoveAll(filepath.Join(root, "etc/init.d"))
 
 	out, err = run(t, root, "uninstall", "--root", root)
 	if err != nil {
