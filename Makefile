@@ -19,7 +19,7 @@ VERSION   ?= $(shell cat VERSION 2>/dev/null || git describe --tags --always --d
 GO122     ?= go1.22.12
 
 export CGO_ENABLED = 0
-LDFLAGS   := -s -w -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)
+LDFLAGS   := -s -w -B gobuildid -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)
 GOBUILD   := $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 BOARD_CMDS := $(notdir $(wildcard cmd/unwound-handler cmd/unwound-uploader))
 HOST_CMDS  := unwound

@@ -16,6 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,6 +26,9 @@ type KernelOptions struct {
 	Args       []string // the expanded PatternSpecifiers
 	Stdin      *os.File // the core pipe
 	Log        *Logger
+	// ProcSys is where the kernel's crash settings are checked for drift
+	// (default /proc/sys).
+	ProcSys string
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a
@@ -103,12 +107,42 @@ func RunKernel(o KernelOptions) int {
 		release()
 		r.Handler.FrozenMS = c.frozen.Milliseconds()
 		c.close()
+		LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent)
 		return c.store(r)
 	}
 	r := c.handle(in, release, deadline)
 	release()
 	c.close()
+	// Once the process is released: a few small reads, never on its time.
+	LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent)
 	return c.store(r)
+}
+
+// LogDrift logs, one warning each, how the kernel's crash settings differ
+// from what this handler needs (Drift with this executable).
+func LogDrift(lg *Logger, procSys, configPath string, maxConcurrent int) {
+	self, _ := Executable()
+	for _, d := range Drift(procSys, self, configPath, maxConcurrent) {
+		lg.Warnf("drift: %s", d)
+	}
+}
+
+// Drift says how the kernel's crash settings under procSys (default
+// /proc/sys) differ from what the handler at handlerExe with configPath
+// needs: core_pattern not its own line (another tool overwrote it),
+// fs.suid_dumpable not 2, core_pipe_limit 0 or not above maxConcurrent.
+// With handlerExe empty any unwound-handler with configPath will do.
+func Drift(procSys, handlerExe, configPath string, maxConcurrent int) []string {
+	if procSys == "" {
+		procSys = sysctl.ProcSys
+	}
+	want := sysctl.Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/"}
+	if handlerExe != "" {
+		if p, err := CorePattern(handlerExe, configPath); err == nil {
+			want.CorePattern = p
+		}
+	}
+	return sysctl.Drift(sysctl.Read(procSys), want)
 }
 
 // openStdin makes the pipe non-blocking (so reads honour a deadline) and,

@@ -29,6 +29,9 @@ type OfflineOptions struct {
 	Config   *config.Config
 	Log      *Logger
 	Stdin    io.Reader
+	// Sources are tried before the sysroot for every module (the
+	// install self-test serves its synthetic program from memory).
+	Sources []module.Source
 }
 
 // Offline builds the report for a core file.
@@ -114,7 +117,7 @@ func (c *crash) offlineModules(o OfflineOptions) error {
 				}
 			}
 		}
-		c.sources = []module.Source{module.SysrootSource(o.Sysroot, override)}
+		c.sources = append(append([]module.Source(nil), o.Sources...), module.SysrootSource(o.Sysroot, override))
 		return nil
 	}
 	if o.Exe == "" {

@@ -3,12 +3,14 @@ package packaging
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -356,21 +358,7 @@ func TestDist(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a release tarball")
 	}
-	root := repoRoot(t)
-	if err := exec.Command("git", "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
-		t.Skip("not a git work tree")
-	}
-	distdir := t.TempDir()
-	out, err := makeIn(t, root, nil, "dist", "VERSION=9.8.7-test", "DISTDIR="+distdir)
-	if err != nil {
-		t.Fatalf("make dist: %v\n%s", err, out)
-	}
-	tarball := filepath.Join(distdir, "unwound-9.8.7-test.tar.gz")
-	src := t.TempDir()
-	if out, err := exec.Command("tar", "-xzf", tarball, "-C", src).CombinedOutput(); err != nil {
-		t.Fatalf("tar: %v\n%s", err, out)
-	}
-	top := filepath.Join(src, "unwound-9.8.7-test")
+	top := distTree(t)
 	for _, f := range []string{"go.mod", "LICENSE", "Makefile", "VERSION", "vendor/modules.txt", "configs/unwound.toml", "packaging/corepattern/main.go"} {
 		if _, err := os.Stat(filepath.Join(top, f)); err != nil {
 			t.Errorf("tarball lacks %s", f)
@@ -384,7 +372,7 @@ func TestDist(t *testing.T) {
 		t.Fatalf("offline build of the tarball: %v\n%s", err, out)
 	}
 	dest := shortTemp(t)
-	out, err = makeIn(t, top, offline, "install", "DESTDIR="+dest, "INIT=systemd")
+	out, err := makeIn(t, top, offline, "install", "DESTDIR="+dest, "INIT=systemd")
 	if err != nil {
 		t.Fatalf("offline make install in the tarball: %v\n%s", err, out)
 	}
@@ -475,3 +463,44 @@ func TestInstallCross(t *testing.T) {
 		t.Errorf("core_pattern = %q, want %q", kv["kernel.core_pattern"], want)
 	}
 }
+
+var (
+	distOnce sync.Once
+	distTop  string
+	distErr  error
+)
+
+// distTree makes the release tarball once per run and returns its
+// extracted top directory.
+func distTree(t *testing.T) string {
+	t.Helper()
+	root := repoRoot(t)
+	if err := exec.Command("git", "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
+		t.Skip("not a git work tree")
+	}
+	distOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "unwound-dist")
+		if err != nil {
+			distErr = err
+			return
+		}
+		distDir = dir
+		cmd := exec.Command("make", "--no-print-directory", "dist", "VERSION=9.8.7-test", "DISTDIR="+dir)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			distErr = fmt.Errorf("make dist: %v\n%s", err, out)
+			return
+		}
+		if out, err := exec.Command("tar", "-xzf", filepath.Join(dir, "unwound-9.8.7-test.tar.gz"), "-C", dir).CombinedOutput(); err != nil {
+			distErr = fmt.Errorf("tar: %v\n%s", err, out)
+			return
+		}
+		distTop = filepath.Join(dir, "unwound-9.8.7-test")
+	})
+	if distErr != nil {
+		t.Fatal(distErr)
+	}
+	return distTop
+}
+
+var distDir string

@@ -57,6 +57,9 @@ func TestMain(m *testing.M) {
 	if vendorDir != "" {
 		os.RemoveAll(filepath.Dir(vendorDir))
 	}
+	if distDir != "" {
+		os.RemoveAll(distDir)
+	}
 	os.Exit(code)
 }
 

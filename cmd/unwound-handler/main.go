@@ -7,6 +7,8 @@
 //	unwound-handler --config /etc/unwound/unwound.toml %P %I %s %t %d %c %E %e
 //
 // Install line:  unwound-handler --config PATH --core-pattern
+// Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N]
+// Uninstall:     unwound-handler [--config PATH] uninstall [--root DIR] [--force]
 // Offline:       unwound-handler --core-file FILE|- [--exe PATH] [--sysroot DIR] --print-json
 package main
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/install"
 )
 
 func main() {
@@ -35,6 +38,8 @@ func run() int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
 			"  unwound-handler [--config FILE] --core-pattern\n"+
+			"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N]\n"+
+			"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
 			"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", handler.PatternSpecifiers)
 		fs.PrintDefaults()
 	}
@@ -66,6 +71,9 @@ func run() int {
 		fs.Usage()
 		return 2
 	}
+	if cmd := fs.Arg(0); cmd == "install" || cmd == "uninstall" {
+		return installCmd(cmd, *cfgPath, fs.Args()[1:])
+	}
 	return handler.RunKernel(handler.KernelOptions{
 		ConfigPath: *cfgPath,
 		Args:       fs.Args(),
@@ -92,6 +100,38 @@ func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
 			lg.Errorf("%v", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// installCmd is `install` and `uninstall`: see package install.
+func installCmd(cmd, cfgPath string, args []string) int {
+	fs := flag.NewFlagSet("unwound-handler "+cmd, flag.ContinueOnError)
+	root := fs.String("root", "/", "the board's root `dir`ectory; other than /, files are written there and nothing is applied to the running kernel")
+	force := fs.Bool("force", false, "replace another crash handler's core_pattern (install), remove a sysctl file install did not write (uninstall)")
+	cfg := fs.String("config", cfgPath, "configuration `file` on the board")
+	limit := 0
+	if cmd == "install" {
+		fs.IntVar(&limit, "core-pipe-limit", 4, "kernel.core_pipe_limit: `dumps` the kernel waits for at once")
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unwound-handler %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return 2
+	}
+	o := install.Options{Root: *root, Config: *cfg, PipeLimit: limit, Force: *force, Out: os.Stdout}
+	run := install.Install
+	if cmd == "uninstall" {
+		run = install.Uninstall
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "unwound-handler %s: %v\n", cmd, err)
+		return 1
 	}
 	return 0
 }

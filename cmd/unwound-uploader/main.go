@@ -18,6 +18,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,30 @@ flags:
 	}
 }
 
+// logDrift says, at start, how the kernel's crash settings differ from
+// what unwound needs: reports the uploader waits for may never come. The
+// handler is looked for beside the uploader (where packages install it).
+func logDrift(cfgPath string, cfg *config.Config) {
+	h := ""
+	if self, err := handler.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "unwound-handler"); fileExists(p) {
+			h = p
+		}
+	}
+	for _, d := range handler.Drift(procSys, h, cfgPath, cfg.RateLimit.MaxConcurrent) {
+		log.Printf("drift: %s", d)
+	}
+}
+
+// procSys is where logDrift reads the kernel's settings ("": /proc/sys;
+// tests point it at a fake).
+var procSys = ""
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
 func run(args []string) int {
 	fs := flag.NewFlagSet("unwound-uploader", flag.ContinueOnError)
 	cfgPath := fs.String("config", config.DefaultPath, "config `file`")
@@ -70,6 +95,7 @@ func run(args []string) int {
 	if err != nil {
 		log.Print(err)
 	}
+	logDrift(*cfgPath, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	daemon := !*once && fs.NArg() == 0

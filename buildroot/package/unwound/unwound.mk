@@ -25,9 +25,12 @@ UNWOUND_LICENSE_FILES = \
 UNWOUND_GOMOD = github.com/unwound-dev/unwound
 UNWOUND_BUILD_TARGETS = cmd/unwound-handler cmd/unwound-uploader
 
-# Static binaries, whatever the toolchain: no cgo.
+# Static binaries, whatever the toolchain: no cgo (the golang-package
+# infrastructure sets CGO_ENABLED=1 whenever the toolchain can; UNWOUND_GO_ENV
+# comes after it on the command line and wins). -B gobuildid: a GNU build ID
+# (Go before 1.24 writes none). Buildroot strips the binaries itself.
 UNWOUND_GO_ENV = CGO_ENABLED=0
-UNWOUND_LDFLAGS = -X github.com/unwound-dev/unwound/handler.Version=$(UNWOUND_VERSION)
+UNWOUND_LDFLAGS = -B gobuildid -X github.com/unwound-dev/unwound/handler.Version=$(UNWOUND_VERSION)
 
 ifeq ($(BR2_INIT_SYSTEMD),y)
 UNWOUND_INIT = systemd

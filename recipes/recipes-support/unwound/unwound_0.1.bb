@@ -56,10 +56,12 @@ UNWOUND_INIT ?= "${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', \
 
 # Static binaries: no cgo, no PIE (fails without cgo on arm and riscv64),
 # no shared Go runtime. Not stripped here: the -dbg package gets the symbols.
+# Go before 1.24 writes no GNU build ID: -B gobuildid derives one from the
+# Go build ID, so the -dbg package and debuginfod can match the binaries.
 CGO_ENABLED = "0"
 GO_LINKSHARED = ""
 GOBUILDFLAGS:remove = "-buildmode=pie"
-GO_EXTRA_LDFLAGS = "-X ${GO_IMPORT}/handler.Version=${PV}"
+GO_EXTRA_LDFLAGS = "-B gobuildid -X ${GO_IMPORT}/handler.Version=${PV}"
 export GOFLAGS = "-mod=vendor"
 export GOPROXY = "off"
 export GO111MODULE = "on"

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestUploaderLogsDrift: at start the uploader says when core_pattern,
+// suid_dumpable or core_pipe_limit are not what unwound needs.
+func TestUploaderLogsDrift(t *testing.T) {
+	dir := t.TempDir()
+	for rel, v := range map[string]string{"kernel/core_pattern": "|/usr/share/apport/apport %p", "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
+		os.MkdirAll(filepath.Join(dir, "proc", filepath.Dir(rel)), 0o755)
+		os.WriteFile(filepath.Join(dir, "proc", rel), []byte(v+"\n"), 0o644)
+	}
+	q := filepath.Join(dir, "queue")
+	os.Mkdir(q, 0o700)
+	cfg := filepath.Join(dir, "unwound.toml")
+	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q+"\"\nallow_volatile = true\n[upload]\nurl = \"http://127.0.0.1:9/\"\n"), 0o644)
+	procSys = filepath.Join(dir, "proc")
+	defer func() { procSys = "" }()
+	var out bytes.Buffer
+	log.SetOutput(&out)
+	defer log.SetOutput(os.Stderr)
+	if rc := run([]string{"--config", cfg, "--once"}); rc != 0 {
+		t.Fatalf("--once on an empty queue: %d\n%s", rc, out.String())
+	}
+	for _, want := range []string{"drift: kernel.core_pattern is \"|/usr/share/apport/apport %p\": Ubuntu's apport", "drift: kernel.core_pipe_limit is 0"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("uploader log lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "drift: ") != 2 {
+		t.Errorf("uploader log:\n%s", out.String())
+	}
+}

@@ -1,0 +1,511 @@
+package install
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+// The self-test: before `install` points the kernel at the handler, the
+// handler proves it works on this board. It builds, in memory, an ELF core
+// of a made-up process for this board's architecture (two threads, a stack
+// segment, NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO, NT_AUXV, NT_FILE) and the
+// program it maps (an ELF file with a build ID and an .eh_frame table
+// describing three functions), streams the core through the handler's own
+// code exactly as the kernel's pipe would (handler.Offline on a stream),
+// and checks the report: the architecture, every frame's PC and method,
+// the stop reason, the program's build ID, and that it encodes (zstd).
+
+// SelfTestResult says what the self-test saw.
+type SelfTestResult struct {
+	Arch       string
+	Frames     int // in the crashing thread
+	ReportSize int // encoded (JSON + zstd) bytes
+	Duration   time.Duration
+}
+
+// BoardArch is the handler's own architecture, in the report's naming.
+func BoardArch() (*arch.Arch, error) {
+	name := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "arm": "arm", "riscv64": "riscv64"}[runtime.GOARCH]
+	if name == "" {
+		return nil, fmt.Errorf("self-test: unwound does not support GOARCH=%s", runtime.GOARCH)
+	}
+	return arch.ByName(name)
+}
+
+// Synthetic program layout: one PT_LOAD at progBase holding the headers,
+// a build-ID note, three functions of funcSize bytes at textOff, and the
+// .eh_frame. The core maps it at the same address (no load bias).
+const (
+	progBase = 0x400000
+	textOff  = 0x100
+	funcSize = 0x40
+	stackTop = 0x7ff000 // end of the stack segment in the core
+	progPath = "/unwound-selftest/crash"
+	tidMain  = 4242
+	tidOther = 4243
+	sigSEGV  = 11
+)
+
+var selftestBuildID = []byte("unwound-selftest-build-id")
+
+func funcAddr(i int) uint64 { return progBase + textOff + uint64(i)*funcSize }
+
+// SelfTest runs the self-test for a, normally BoardArch().
+func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
+	start := time.Now()
+	w := a.PtrSize
+	ord := order(a)
+	put := func(b []byte, v uint64) []byte {
+		if w == 8 {
+			return ord.AppendUint64(b, v)
+		}
+		return ord.AppendUint32(b, uint32(v))
+	}
+	prog := syntheticProgram(a)
+
+	// The crashing thread: f0 called from f1, called from f2, the
+	// outermost function (its CFI says the return address is undefined).
+	// Each frame is 2 words: CFA = SP + 2w, return address at CFA − w.
+	frame := uint64(2 * w)
+	sp0 := uint64(stackTop - 0x400)
+	pcs := []uint64{funcAddr(0) + 0x10, funcAddr(1) + 0x18, funcAddr(2) + 0x20}
+	stackLo := uint64(stackTop - 0x1000)
+	stack := make([]byte, stackTop-stackLo)
+	for i := 1; i < len(pcs); i++ {
+		sp := sp0 + uint64(i-1)*frame
+		slot := stack[sp+uint64(w)-stackLo:]
+		if w == 8 {
+			ord.PutUint64(slot, pcs[i])
+		} else {
+			ord.PutUint32(slot, uint32(pcs[i]))
+		}
+	}
+	// The other thread sits in the outermost function.
+	otherPC, otherSP := funcAddr(2)+4, uint64(stackTop-0x100)
+
+	var notes bytes.Buffer
+	addNote := func(name string, typ uint32, desc []byte) {
+		b := ord.AppendUint32(nil, uint32(len(name)+1))
+		b = ord.AppendUint32(b, uint32(len(desc)))
+		b = ord.AppendUint32(b, typ)
+		b = append(b, name...)
+		b = append(b, 0)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		b = append(b, desc...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		notes.Write(b)
+	}
+	addNote("CORE", uint32(elf.NT_PRSTATUS), prstatus(a, tidMain, sigSEGV, pcs[0], sp0))
+	addNote("CORE", uint32(elf.NT_PRPSINFO), prpsinfo(a, tidMain, "crash"))
+	si := make([]byte, 128)
+	ord.PutUint32(si[0:], sigSEGV)
+	ord.PutUint32(si[8:], 1) // SEGV_MAPERR
+	addNote("CORE", 0x53494749 /* NT_SIGINFO */, si)
+	var auxv []byte
+	for _, v := range []uint64{6 /* AT_PAGESZ */, 4096, 9 /* AT_ENTRY */, funcAddr(2), 0, 0} {
+		auxv = put(auxv, v)
+	}
+	addNote("CORE", 6 /* NT_AUXV */, auxv)
+	var ntfile []byte
+	for _, v := range []uint64{1, 4096, progBase, progBase + uint64(len(prog)+4095)&^4095, 0} {
+		ntfile = put(ntfile, v)
+	}
+	ntfile = append(ntfile, progPath+"\x00"...)
+	addNote("CORE", 0x46494c45 /* NT_FILE */, ntfile)
+	addNote("CORE", uint32(elf.NT_PRSTATUS), prstatus(a, tidOther, 0, otherPC, otherSP))
+
+	core := coreFile(a, notes.Bytes(), stackLo, stack)
+	src := func(m *module.Module) (io.ReaderAt, io.Closer, error) {
+		if m.Path != progPath {
+			return nil, nil, fmt.Errorf("%s: not the self-test's program", m.Path)
+		}
+		return bytes.NewReader(prog), io.NopCloser(nil), nil
+	}
+	cfg := config.Default()
+	var log bytes.Buffer
+	r, err := handler.Offline(handler.OfflineOptions{
+		CoreFile: "-", Stdin: bytes.NewReader(core), Config: cfg, Log: handler.NewLogger(&log),
+		Sources: []module.Source{src}, Sysroot: "/nonexistent-unwound-selftest",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("self-test: the handler failed on a synthetic %s core: %v", a.Name, err)
+	}
+	if err := checkSelfTest(r, a, pcs, otherPC); err != nil {
+		if log.Len() > 0 {
+			err = fmt.Errorf("%w\nhandler log:\n%s", err, strings.TrimSpace(log.String()))
+		}
+		return nil, err
+	}
+	enc, err := report.Encode(r)
+	if err != nil {
+		return nil, fmt.Errorf("self-test: encoding the report: %v", err)
+	}
+	// Not decoded back here: the zstd decoder would add a few hundred KiB
+	// to the handler (report's own tests decode what Encode writes).
+	if !bytes.HasPrefix(enc, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		return nil, fmt.Errorf("self-test: the encoded report is not a zstd frame")
+	}
+	return &SelfTestResult{Arch: a.Name, Frames: len(r.Crashed().Frames), ReportSize: len(enc), Duration: time.Since(start)}, nil
+}
+
+func checkSelfTest(r *report.Report, a *arch.Arch, pcs []uint64, otherPC uint64) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("self-test (%s): "+format, append([]any{a.Name}, args...)...)
+	}
+	if r.Arch != a.Name {
+		return bad("report says arch %q", r.Arch)
+	}
+	if len(r.Errors) > 0 {
+		return bad("report errors: %s", strings.Join(r.Errors, "; "))
+	}
+	if r.Signal.Number != sigSEGV || r.TID != tidMain || r.Exe != progPath {
+		return bad("signal %d, tid %d, exe %q; want %d, %d, %q", r.Signal.Number, r.TID, r.Exe, sigSEGV, tidMain, progPath)
+	}
+	if len(r.Modules) == 0 {
+		return bad("no module")
+	}
+	mi := -1
+	for i, m := range r.Modules {
+		if m.Path == progPath {
+			mi = i
+		}
+	}
+	if mi < 0 {
+		return bad("the program is not among the modules")
+	}
+	if m := r.Modules[mi]; m.Error != "" || m.BuildID != hex.EncodeToString(selftestBuildID) || m.BuildIDKind != "gnu" {
+		return bad("program module: build id %q (%s), error %q", m.BuildID, m.BuildIDKind, m.Error)
+	}
+	if len(r.Threads) != 2 {
+		return bad("%d threads, want 2", len(r.Threads))
+	}
+	th := r.Crashed()
+	if th == nil || th.TID != tidMain {
+		return bad("crashing thread missing")
+	}
+	want := []string{"context", "cfi", "cfi"}
+	var got []string
+	for _, f := range th.Frames {
+		got = append(got, fmt.Sprintf("%#x/%s", uint64(f.PC), f.Method))
+	}
+	var exp []string
+	for i, pc := range pcs {
+		exp = append(exp, fmt.Sprintf("%#x/%s", pc, want[i]))
+	}
+	if strings.Join(got, " ") != strings.Join(exp, " ") || th.StopReason != "end_of_stack" {
+		return bad("crashing thread %v (stop %s %s), want %v (stop end_of_stack)", got, th.StopReason, th.StopDetail, exp)
+	}
+	for _, t := range r.Threads {
+		if t.TID == tidOther && (len(t.Frames) != 1 || uint64(t.Frames[0].PC) != otherPC || t.StopReason != "end_of_stack") {
+			return bad("second thread: %d frames, stop %s", len(t.Frames), t.StopReason)
+		}
+	}
+	return nil
+}
+
+// order is a's byte order with the append methods.
+func order(a *arch.Arch) interface {
+	binary.ByteOrder
+	binary.AppendByteOrder
+} {
+	if a.Order == binary.ByteOrder(binary.BigEndian) {
+		return binary.BigEndian
+	}
+	return binary.LittleEndian
+}
+
+// nregs is the number of pr_reg words (elf_gregset_t) per machine.
+func nregs(a *arch.Arch) int {
+	switch a.Machine {
+	case elf.EM_X86_64:
+		return 27
+	case elf.EM_AARCH64:
+		return 34
+	case elf.EM_ARM:
+		return 18
+	}
+	return 32 // riscv64
+}
+
+// prstatus builds struct elf_prstatus for a thread with pc and sp set.
+func prstatus(a *arch.Arch, tid, sig int, pc, sp uint64) []byte {
+	w := a.PtrSize
+	regOff, pidOff := 112, 32
+	if w == 4 {
+		regOff, pidOff = 72, 24
+	}
+	n := nregs(a)
+	d := make([]byte, (regOff+n*w+4+w-1)&^(w-1))
+	a.Order.PutUint32(d[0:], uint32(sig))
+	a.Order.PutUint16(d[12:], uint16(sig))
+	a.Order.PutUint32(d[pidOff:], uint32(tid))
+	a.Order.PutUint32(d[pidOff+4:], 1)
+	set := func(i int, v uint64) {
+		if w == 8 {
+			a.Order.PutUint64(d[regOff+i*w:], v)
+		} else {
+			a.Order.PutUint32(d[regOff+i*w:], uint32(v))
+		}
+	}
+	for i, r := range a.PRStatus {
+		if r == a.SP {
+			set(i, sp)
+		}
+	}
+	set(a.PRStatusPC, pc)
+	a.Order.PutUint32(d[regOff+n*w:], 1) // pr_fpvalid
+	return d
+}
+
+func prpsinfo(a *arch.Arch, pid int, fname string) []byte {
+	var d []byte
+	var pidOff, fnOff int
+	if a.PtrSize == 8 {
+		d, pidOff, fnOff = make([]byte, 136), 24, 40
+	} else {
+		d, pidOff, fnOff = make([]byte, 124), 12, 28
+	}
+	a.Order.PutUint32(d[pidOff:], uint32(pid))
+	a.Order.PutUint32(d[pidOff+4:], 1)
+	copy(d[fnOff:fnOff+15], fname)
+	copy(d[fnOff+16:fnOff+16+79], progPath)
+	return d
+}
+
+// elfHeader returns an ELF header for a of type typ with phnum program
+// headers right after it and shnum section headers at shoff.
+func elfHeader(a *arch.Arch, typ elf.Type, entry uint64, phnum int, shoff uint64, shnum, shstrndx int) []byte {
+	o := a.Order
+	ehsize, phentsize, shentsize := 52, 32, 40
+	if a.PtrSize == 8 {
+		ehsize, phentsize, shentsize = 64, 56, 64
+	}
+	h := make([]byte, ehsize)
+	copy(h, elf.ELFMAG)
+	h[elf.EI_CLASS] = byte(a.Class)
+	h[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
+	if o == binary.ByteOrder(binary.BigEndian) {
+		h[elf.EI_DATA] = byte(elf.ELFDATA2MSB)
+	}
+	h[elf.EI_VERSION] = 1
+	o.PutUint16(h[16:], uint16(typ))
+	o.PutUint16(h[18:], uint16(a.Machine))
+	o.PutUint32(h[20:], 1)
+	if a.PtrSize == 8 {
+		o.PutUint64(h[24:], entry)
+		o.PutUint64(h[32:], uint64(ehsize))
+		o.PutUint64(h[40:], shoff)
+		o.PutUint16(h[52:], uint16(ehsize))
+		o.PutUint16(h[54:], uint16(phentsize))
+		o.PutUint16(h[56:], uint16(phnum))
+		o.PutUint16(h[58:], uint16(shentsize))
+		o.PutUint16(h[60:], uint16(shnum))
+		o.PutUint16(h[62:], uint16(shstrndx))
+	} else {
+		o.PutUint32(h[24:], uint32(entry))
+		o.PutUint32(h[28:], uint32(ehsize))
+		o.PutUint32(h[32:], uint32(shoff))
+		if a.Machine == elf.EM_ARM {
+			o.PutUint32(h[36:], 0x05000000) // EF_ARM_EABI_VER5
+		}
+		o.PutUint16(h[40:], uint16(ehsize))
+		o.PutUint16(h[42:], uint16(phentsize))
+		o.PutUint16(h[44:], uint16(phnum))
+		o.PutUint16(h[46:], uint16(shentsize))
+		o.PutUint16(h[48:], uint16(shnum))
+		o.PutUint16(h[50:], uint16(shstrndx))
+	}
+	return h
+}
+
+func phdr(a *arch.Arch, typ elf.ProgType, flags elf.ProgFlag, off, vaddr, filesz, memsz, align uint64) []byte {
+	o := a.Order
+	if a.PtrSize == 8 {
+		p := make([]byte, 56)
+		o.PutUint32(p[0:], uint32(typ))
+		o.PutUint32(p[4:], uint32(flags))
+		o.PutUint64(p[8:], off)
+		o.PutUint64(p[16:], vaddr)
+		o.PutUint64(p[24:], vaddr)
+		o.PutUint64(p[32:], filesz)
+		o.PutUint64(p[40:], memsz)
+		o.PutUint64(p[48:], align)
+		return p
+	}
+	p := make([]byte, 32)
+	o.PutUint32(p[0:], uint32(typ))
+	o.PutUint32(p[4:], uint32(off))
+	o.PutUint32(p[8:], uint32(vaddr))
+	o.PutUint32(p[12:], uint32(vaddr))
+	o.PutUint32(p[16:], uint32(filesz))
+	o.PutUint32(p[20:], uint32(memsz))
+	o.PutUint32(p[24:], uint32(flags))
+	o.PutUint32(p[28:], uint32(align))
+	return p
+}
+
+func shdr(a *arch.Arch, name uint32, typ elf.SectionType, flags elf.SectionFlag, addr, off, size uint64) []byte {
+	o := a.Order
+	if a.PtrSize == 8 {
+		s := make([]byte, 64)
+		o.PutUint32(s[0:], name)
+		o.PutUint32(s[4:], uint32(typ))
+		o.PutUint64(s[8:], uint64(flags))
+		o.PutUint64(s[16:], addr)
+		o.PutUint64(s[24:], off)
+		o.PutUint64(s[32:], size)
+		o.PutUint64(s[48:], 1)
+		return s
+	}
+	s := make([]byte, 40)
+	o.PutUint32(s[0:], name)
+	o.PutUint32(s[4:], uint32(typ))
+	o.PutUint32(s[8:], uint32(flags))
+	o.PutUint32(s[12:], uint32(addr))
+	o.PutUint32(s[16:], uint32(off))
+	o.PutUint32(s[20:], uint32(size))
+	o.PutUint32(s[32:], 1)
+	return s
+}
+
+// syntheticProgram is the ELF executable the synthetic process maps: a
+// GNU build-ID note, three functions and their .eh_frame. Every function
+// keeps a two-word frame with the return address at CFA − w, as compiled
+// code with unwind tables does; the third is the outermost one.
+func syntheticProgram(a *arch.Arch) []byte {
+	w := a.PtrSize
+	o := order(a)
+	ptr := func(b []byte, v uint64) []byte {
+		if w == 8 {
+			return o.AppendUint64(b, v)
+		}
+		return o.AppendUint32(b, uint32(v))
+	}
+	uleb := func(b []byte, v uint64) []byte {
+		for {
+			c := byte(v & 0x7f)
+			v >>= 7
+			if v != 0 {
+				b = append(b, c|0x80)
+				continue
+			}
+			return append(b, c)
+		}
+	}
+	pad := func(b []byte) []byte {
+		for len(b)%w != 0 { // entries end pointer-aligned
+			b = append(b, 0) // DW_CFA_nop
+		}
+		return b
+	}
+	// CIE: version 1, "zR" with absolute pointers, code alignment 1, data
+	// alignment −w, the architecture's return-address column; initial
+	// rules: CFA = SP + 2w, return address saved at CFA − w.
+	cie := []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 'z', 'R', 0}
+	cie = uleb(cie, 1)
+	cie = append(cie, byte(0x80-w)&0x7f) // sleb128 −w
+	cie = append(cie, byte(a.RA))
+	cie = uleb(cie, 1)
+	cie = append(cie, 0x00) // DW_EH_PE_absptr
+	cie = append(cie, 0x0c) // DW_CFA_def_cfa
+	cie = uleb(cie, uint64(a.SP))
+	cie = uleb(cie, uint64(2*w))
+	cie = append(cie, 0x80|byte(a.RA)) // DW_CFA_offset ra, 1 × data alignment
+	cie = uleb(cie, 1)
+	cie = pad(cie)
+	o.PutUint32(cie[0:], uint32(len(cie)-4))
+	eh := append([]byte(nil), cie...)
+	for i := 0; i < 3; i++ {
+		fde := make([]byte, 8)
+		o.PutUint32(fde[4:], uint32(len(eh)+4)) // back to the CIE
+		fde = ptr(fde, funcAddr(i))
+		fde = ptr(fde, funcSize)
+		fde = uleb(fde, 0)
+		if i == 2 {
+			fde = append(fde, 0x07) // DW_CFA_undefined ra: the outermost frame
+			fde = uleb(fde, uint64(a.RA))
+		}
+		fde = pad(fde)
+		o.PutUint32(fde[0:], uint32(len(fde)-4))
+		eh = append(eh, fde...)
+	}
+	eh = append(eh, 0, 0, 0, 0) // terminator
+
+	ehsize, phentsize := 52, 32
+	if w == 8 {
+		ehsize, phentsize = 64, 56
+	}
+	noteOff := uint64(ehsize + 2*phentsize)
+	note := o.AppendUint32(nil, 4)
+	note = o.AppendUint32(note, uint32(len(selftestBuildID)))
+	note = o.AppendUint32(note, 3 /* NT_GNU_BUILD_ID */)
+	note = append(note, "GNU\x00"...)
+	note = append(note, selftestBuildID...)
+	for len(note)%4 != 0 {
+		note = append(note, 0)
+	}
+	ehOff := uint64(textOff + 3*funcSize)
+	shstr := []byte("\x00.text\x00.eh_frame\x00.note.gnu.build-id\x00.shstrtab\x00")
+	strOff := ehOff + uint64(len(eh))
+	loadSize := strOff
+	shoff := (strOff + uint64(len(shstr)) + 7) &^ 7
+
+	file := make([]byte, shoff)
+	copy(file, elfHeader(a, elf.ET_EXEC, funcAddr(2), 2, shoff, 5, 4))
+	copy(file[ehsize:], phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_X, 0, progBase, loadSize, loadSize, 4096))
+	copy(file[ehsize+phentsize:], phdr(a, elf.PT_NOTE, elf.PF_R, noteOff, progBase+noteOff, uint64(len(note)), uint64(len(note)), 4))
+	copy(file[noteOff:], note)
+	// The functions' code: never executed or decoded (the CFI describes
+	// them); a recognisable filler that is no signal trampoline.
+	for i := uint64(textOff); i < ehOff; i++ {
+		file[i] = 0xa5
+	}
+	copy(file[ehOff:], eh)
+	copy(file[strOff:], shstr)
+	idx := func(name string) uint32 { return uint32(bytes.Index(shstr, []byte("\x00"+name+"\x00")) + 1) }
+	file = append(file, shdr(a, 0, elf.SHT_NULL, 0, 0, 0, 0)...)
+	file = append(file, shdr(a, idx(".text"), elf.SHT_PROGBITS, elf.SHF_ALLOC|elf.SHF_EXECINSTR, progBase+textOff, textOff, 3*funcSize)...)
+	file = append(file, shdr(a, idx(".eh_frame"), elf.SHT_PROGBITS, elf.SHF_ALLOC, progBase+ehOff, ehOff, uint64(len(eh)))...)
+	file = append(file, shdr(a, idx(".note.gnu.build-id"), elf.SHT_NOTE, elf.SHF_ALLOC, progBase+noteOff, noteOff, uint64(len(note)))...)
+	file = append(file, shdr(a, idx(".shstrtab"), elf.SHT_STRTAB, 0, 0, strOff, uint64(len(shstr)))...)
+	return file
+}
+
+// coreFile lays a core out as the kernel does: ELF header, PT_NOTE first,
+// then PT_LOADs, notes, padding to a page, segment data in header order.
+// The program's mapping is a PT_LOAD without file data (text is not
+// dumped); the stack is.
+func coreFile(a *arch.Arch, notes []byte, stackLo uint64, stack []byte) []byte {
+	ehsize, phentsize := 52, 32
+	if a.PtrSize == 8 {
+		ehsize, phentsize = 64, 56
+	}
+	noteOff := uint64(ehsize + 3*phentsize)
+	dataOff := (noteOff + uint64(len(notes)) + 4095) &^ 4095
+	var b bytes.Buffer
+	b.Write(elfHeader(a, elf.ET_CORE, 0, 3, 0, 0, 0))
+	b.Write(phdr(a, elf.PT_NOTE, 0, noteOff, 0, uint64(len(notes)), 0, 1))
+	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_X, dataOff, progBase, 0, 4096, 4096))
+	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_W, dataOff, stackLo, uint64(len(stack)), uint64(len(stack)), 4096))
+	b.Write(notes)
+	b.Write(make([]byte, dataOff-uint64(b.Len())))
+	b.Write(stack)
+	return b.Bytes()
+}
