@@ -193,7 +193,7 @@ esac
 // Applets the image's scripts use, linked to /bin/busybox.
 var applets = []string{"sh", "ash", "mount", "mkdir", "cat", "echo", "printf", "sysctl", "ls", "sleep",
 	"sha256sum", "stat", "wc", "reboot", "poweroff", "start-stop-daemon", "kill", "pidof", "cut",
-	"ln", "rm", "true", "false", "test", "[", "grep", "head", "cp", "sync", "dmesg", "ps", "tr", "basename", "uname", "cmp"}
+	"ln", "rm", "true", "false", "test", "[", "grep", "head", "cp", "sync", "dmesg", "ps", "tr", "basename", "uname", "cmp", "sed"}
 
 // driverScript is /etc/init.d/S99unwound-image: it runs last, crashes every
 // scenario, waits for the uploader to empty the queue, ships the saved
@@ -204,7 +204,9 @@ func driverScript(scen []ImageScenario) string {
 	b.WriteString(`#!/bin/sh
 # unwound image test driver (written by qemu/image.go; not part of a package).
 [ "$1" = start ] || exit 0
-Q=$(sed -n 's/^dir = "\(.*\)"$/\1/p' /etc/unwound/unwound.toml | head -n 1)
+CONFIG=/etc/unwound/unwound.toml
+[ -r /etc/default/unwound ] && . /etc/default/unwound
+Q=$(sed -n 's/^dir = "\(.*\)"$/\1/p' "$CONFIG" | head -n 1)
 C=/var/lib/unwound/cores
 rc=0
 say() { echo "unwound-image: $*"; }
@@ -267,13 +269,13 @@ reboot -f
 	return b.String()
 }
 
-// ImageRoot assembles the guest's file tree in dir: `make install` for
-// arch, the configuration changes of imageConfig, BusyBox and its init
-// files, and the test driver. The crash programs and libraries are added
-// by the caller (they depend on the userland's architecture).
+// ImageRoot assembles the guest's file tree in dir: PackagedRoot, then
+// the configuration changes of imageConfig and the test driver. The crash
+// programs and libraries are added by the caller (they depend on the
+// userland's architecture).
 func ImageRoot(arch, dir, port string, scen []ImageScenario) error {
-	if out, err := MakeInstall(arch, dir); err != nil {
-		return fmt.Errorf("make install: %v\n%s", err, out)
+	if err := PackagedRoot(arch, dir); err != nil {
+		return err
 	}
 	cfgPath := filepath.Join(dir, "etc/unwound/unwound.toml")
 	installed, err := os.ReadFile(cfgPath)
@@ -287,6 +289,19 @@ func ImageRoot(arch, dir, port string, scen []ImageScenario) error {
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return err
 	}
+	if err := os.Mkdir(filepath.Join(dir, "var/lib/unwound/cores"), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "etc/init.d/S99unwound-image"), []byte(driverScript(scen)), 0o755)
+}
+
+// PackagedRoot is a minimal BusyBox system with unwound installed the way
+// a Buildroot image has it: `make install INIT=sysvinit` for arch, BusyBox
+// init, S02sysctl, and the installed init script as S50unwound.
+func PackagedRoot(arch, dir string) error {
+	if out, err := MakeInstall(arch, dir); err != nil {
+		return fmt.Errorf("make install: %v\n%s", err, out)
+	}
 	bb, err := Busybox(arch)
 	if err != nil {
 		return err
@@ -295,9 +310,6 @@ func ImageRoot(arch, dir, port string, scen []ImageScenario) error {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}
-	}
-	if err := os.Mkdir(filepath.Join(dir, "var/lib/unwound/cores"), 0o700); err != nil {
-		return err
 	}
 	b, err := os.ReadFile(bb)
 	if err != nil {
@@ -317,12 +329,8 @@ func ImageRoot(arch, dir, port string, scen []ImageScenario) error {
 			return err
 		}
 	}
-	// The installed init script starts at S50, after sysctl; the driver
-	// runs last.
-	if err := os.Symlink("unwound", filepath.Join(dir, "etc/init.d/S50unwound")); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "etc/init.d/S99unwound-image"), []byte(driverScript(scen)), 0o755)
+	// The installed init script starts at S50, after sysctl.
+	return os.Symlink("unwound", filepath.Join(dir, "etc/init.d/S50unwound"))
 }
 
 // HostTree adds a host directory tree to the archive under prefix, with
