@@ -181,10 +181,12 @@ done
 case "$1" in
 start)
 	printf 'Running sysctl: '
+	rc=0
 	for f in /etc/sysctl.d/*.conf /etc/sysctl.conf; do
-		[ -f "$f" ] && sysctl -q -p "$f"
+		[ -f "$f" ] || continue
+		sysctl -q -p "$f" || rc=1
 	done
-	echo OK
+	[ $rc = 0 ] && echo OK || echo FAIL
 	;;
 esac
 `,

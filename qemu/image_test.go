@@ -256,6 +256,16 @@ func runImage(t *testing.T, c imageCase, kernel, baseInitrd string, sum *imageSu
 			t.Log(strings.TrimSpace(l))
 		}
 	}
+	// The installed sysctl file and init script both ran, and succeeded.
+	wants := []string{"Starting unwound: OK", "unwound-image: uploader running", "unwound-image: queue drained"}
+	if baseInitrd == "" {
+		wants = append(wants, "Running sysctl: OK") // our BusyBox S02sysctl
+	}
+	for _, want := range wants {
+		if !strings.Contains(res.Console, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
 	cores := filepath.Join(work, "cores")
 	os.MkdirAll(cores, 0o755)
 	for name, data := range res.Files {
