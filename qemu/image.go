@@ -293,6 +293,12 @@ func ImageRoot(arch, dir, port string, scen []ImageScenario) error {
 	if err := os.Mkdir(filepath.Join(dir, "var/lib/unwound/cores"), 0o700); err != nil {
 		return err
 	}
+	// Between S02sysctl and S50unwound: what the installed sysctl file
+	// alone set (the host compares it with the file's line).
+	probe := "#!/bin/sh\necho \"unwound-image: after sysctl.d: $(cat /proc/sys/kernel/core_pattern)\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "etc/init.d/S03unwound-image-probe"), []byte(probe), 0o755); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(dir, "etc/init.d/S99unwound-image"), []byte(driverScript(scen)), 0o755)
 }
 

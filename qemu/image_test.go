@@ -266,6 +266,23 @@ func runImage(t *testing.T, c imageCase, kernel, baseInitrd string, sum *imageSu
 			t.Errorf("console lacks %q", want)
 		}
 	}
+	if baseInitrd == "" {
+		// BusyBox sysctl -p applied the installed 60-unwound.conf whole
+		// (its core_pattern value has spaces), before the init script ran.
+		conf, err := os.ReadFile(filepath.Join(rootDir, "etc/sysctl.d/60-unwound.conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want string
+		for _, l := range strings.Split(string(conf), "\n") {
+			if v, ok := strings.CutPrefix(l, "kernel.core_pattern = "); ok {
+				want = v
+			}
+		}
+		if want == "" || !strings.Contains(res.Console, "unwound-image: after sysctl.d: "+want) {
+			t.Errorf("core_pattern after S02sysctl is not the installed 60-unwound.conf's %q", want)
+		}
+	}
 	cores := filepath.Join(work, "cores")
 	os.MkdirAll(cores, 0o755)
 	for name, data := range res.Files {
