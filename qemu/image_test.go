@@ -57,6 +57,7 @@ var (
 	userAppend   = flag.String("image.append", "", "TestUserImage: extra kernel command line (e.g. rdinit=/sbin/init)")
 	userPort     = flag.String("image.port", "", "TestUserImage: the board's end of the link (default /dev/hvc0; /dev/ttyS1 on x86_64)")
 	userMemory   = flag.String("image.memory", "512M", "TestUserImage: guest memory")
+	userQEMU     = flag.String("image.qemu", "", "TestUserImage: more QEMU arguments, space-separated (e.g. \"-bios default\" with -image.machine on riscv64)")
 )
 
 // imageSummary collects "PASS"/"FAIL" per case and scenario for the table
@@ -236,6 +237,7 @@ func runImage(t *testing.T, c imageCase, kernel, baseInitrd string, sum *imageSu
 	if baseInitrd != "" {
 		m.BaseInitrd, m.MachineType, m.Console, m.Append, m.Memory = baseInitrd, *userMachine, *userConsole, *userAppend, *userMemory
 		m.LinkUART = strings.HasPrefix(port, "/dev/ttyS")
+		m.Extra = strings.Fields(*userQEMU)
 	}
 	ir := &ImageRun{Machine: m, Unwound: unwound, Received: filepath.Join(work, "received"), Count: len(ImageScenarios), Log: t.Logf}
 	res, err := ir.Run(context.Background())
