@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,6 +80,20 @@ type Machine struct {
 	// fills in /chosen (command line, initrd) and the memory node. Used to
 	// give the flash a partition table (UBI refuses a raw CFI chip).
 	DTB string
+
+	// LinkUART puts the Link on the machine's second UART (/dev/ttyS1 on
+	// x86's -M pc) instead of a virtio console: what a board's spare UART is.
+	LinkUART bool
+
+	// A user's own system (docs/qemu-lab.md): BaseInitrd is a cpio
+	// archive (compressed or not: a Buildroot rootfs.cpio(.gz), a Yocto
+	// .cpio.gz) that Initramfs is appended to; the kernel unpacks both,
+	// the later files winning. MachineType replaces -M, Console the
+	// kernel's console device; Extra is appended to QEMU's arguments.
+	BaseInitrd  string
+	MachineType string
+	Console     string
+	Extra       []string
 }
 
 // Result is what a boot produced.
@@ -107,6 +122,10 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := copyBase(f, m.BaseInitrd); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if _, err := m.Initramfs.WriteTo(f); err != nil {
 		f.Close()
 		return nil, err
@@ -126,7 +145,9 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	if m.Link != nil {
+	if m.Link != nil && m.LinkUART {
+		args = append(args, "-chardev", "pty,id=link", "-serial", "chardev:link")
+	} else if m.Link != nil {
 		args = append(args, "-chardev", "pty,id=link", "-device", "virtconsole,chardev=link")
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
@@ -192,6 +213,26 @@ func (m *Machine) Run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// copyBase copies a user's cpio archive into the initrd and pads it to a
+// multiple of 4 bytes with zeros: the kernel skips zeros between archives,
+// and a newc header must start 4-byte aligned.
+func copyBase(w io.Writer, base string) error {
+	if base == "" {
+		return nil
+	}
+	f, err := os.Open(base)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, f)
+	if err != nil {
+		return fmt.Errorf("initrd %s: %w", base, err)
+	}
+	_, err = w.Write(make([]byte, (4-n%4)%4+512))
+	return err
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -228,7 +269,15 @@ func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("qemu: unknown arch %q", m.Arch)
 	}
-	a := append([]string{g.binary}, g.machine...)
+	machine := g.machine
+	if m.MachineType != "" {
+		machine = []string{"-M", m.MachineType}
+	}
+	con := g.console
+	if m.Console != "" {
+		con = m.Console
+	}
+	a := append([]string{g.binary}, machine...)
 	cpu := m.CPU
 	if cpu == "" {
 		cpu = g.cpu
@@ -254,7 +303,8 @@ func (m *Machine) args(initrd, console, ship string) ([]string, error) {
 		a = append(a, "-drive", "file="+d+",if=none,format=raw,cache=directsync,id="+id, "-device", dev+",drive="+id)
 	}
 	a = append(a, "-device", g.serialBus, "-device", "virtserialport,chardev=ship,name=unwound.ship",
-		"-append", "console="+g.console+" panic=-1 rdinit=/init quiet loglevel=4 "+m.Append)
+		"-append", "console="+con+" panic=-1 rdinit=/init quiet loglevel=4 "+m.Append)
+	a = append(a, m.Extra...)
 	if _, err := exec.LookPath(a[0]); err != nil {
 		return nil, fmt.Errorf("%s not installed (make deps)", a[0])
 	}
