@@ -53,6 +53,7 @@ func run(args []string) int {
 	once := fs.Bool("once", false, "drain the queue and exit (cron, systemd timers); exit status 1 if reports remain")
 	transport := fs.String("transport", "", "override upload.transport: `http` or serial")
 	tries := fs.Int("tries", 3, "with --once: attempts before giving up")
+	backoff := fs.Duration("backoff", time.Second, "first wait after a failed attempt; it doubles (with jitter) up to upload.interval, at most 10m")
 	version := fs.Bool("version", false, "print the version")
 	fs.Usage = usage(fs)
 	if err := fs.Parse(args); err != nil {
@@ -131,7 +132,11 @@ func run(args []string) int {
 	if interval < maxWait {
 		maxWait = interval
 	}
-	b := &uploader.Backoff{Min: time.Second, Max: maxWait}
+	if *backoff <= 0 || *backoff > maxWait {
+		log.Printf("--backoff %v: want more than 0 and at most %v", *backoff, maxWait)
+		return 2
+	}
+	b := &uploader.Backoff{Min: *backoff, Max: maxWait}
 	if *once {
 		st, err := u.Once(ctx, *tries, b, time.Minute)
 		log.Printf("%d delivered, %d duplicates, %d quarantined, %d bytes", st.Delivered, st.Duplicates, st.Quarantined, st.Bytes)
