@@ -30,7 +30,7 @@ import (
 // pty opens a pseudo-terminal pair in-process; the slave stays open (raw)
 // so the master never sees EIO when the program under test closes it.
 // closeAll unplugs it: master and slave closed, the program's reads fail.
-func pty(t *testing.T) (master *os.File, slavePath string, closeAll func()) {
+func pty(t testing.TB) (master *os.File, slavePath string, closeAll func()) {
 	// A raw non-blocking descriptor, wrapped only after the ioctls: Fd()
 	// would put the file in blocking mode, and Close would then wait for
 	// the relay's pending Read instead of hanging up the line.
@@ -257,8 +257,8 @@ type rig struct {
 }
 
 func newRig(t testing.TB, n, frames int, f faults) *rig {
-	mUp, sUp, _ := pty(t.(*testing.T))
-	mRx, sRx, closeRx := pty(t.(*testing.T))
+	mUp, sUp, _ := pty(t)
+	mRx, sRx, closeRx := pty(t)
 	q := testutil.Queue(t)
 	r := &rig{up: sUp, line: newRelay(f, mUp, mRx), unplug: closeRx, queueDir: q.Dir(), out: t.TempDir()}
 	r.rxLink = filepath.Join(t.TempDir(), "usb-FTDI_FT232R_A9XYZ-if00-port0")
@@ -313,7 +313,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (r *rig) receiver(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func (r *rig) receiver(t testing.TB, args ...string) (*exec.Cmd, *syncBuffer) {
 	_, unwound := binaries(t)
 	stderr := &syncBuffer{}
 	cmd := exec.Command(unwound, append([]string{"receive", "--port", r.rxLink, "--out", r.out}, args...)...)
@@ -325,7 +325,7 @@ func (r *rig) receiver(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	return cmd, stderr
 }
 
-func (r *rig) uploader(t *testing.T, rto string, args ...string) *exec.Cmd {
+func (r *rig) uploader(t testing.TB, rto string, args ...string) *exec.Cmd {
 	up, _ := binaries(t)
 	cmd := exec.Command(up, append([]string{"--config", r.cfg}, args...)...)
 	cmd.Env = append(os.Environ(), "UNWOUND_SERIAL_RTO="+rto)
