@@ -132,7 +132,7 @@ baud = 115200
 	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
 			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
-			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m", "--quiet")
+			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--idle", "3m", "--quiet")
 			if err := recv.Start(); err != nil {
 				recvErr <- err
 				return

@@ -61,6 +61,13 @@ type Transport interface {
 	Close() error
 }
 
+// EmptyNotifier is a Transport that tells its receiver when the queue is
+// empty (serial: a host's `unwound receive` exits then). Drain calls it
+// each time it empties the queue; its error is only logged.
+type EmptyNotifier interface {
+	QueueEmpty(ctx context.Context) error
+}
+
 // RetryError is a temporary failure with the wait the receiver asked for
 // (HTTP Retry-After).
 type RetryError struct {
@@ -83,6 +90,9 @@ type Uploader struct {
 	Transport Transport
 	DeviceID  string
 	Log       func(format string, args ...any)
+	// Watch wakes Run when an entry lands in the queue directory; nil is
+	// inotify (Watch). When it fails, Run polls every interval.
+	Watch func(dir string) (<-chan struct{}, func(), error)
 }
 
 // Stats count what a drain did.
@@ -108,6 +118,11 @@ func (u *Uploader) Drain(ctx context.Context) (Stats, error) {
 			return st, err
 		}
 		if len(es) == 0 {
+			if n, ok := u.Transport.(EmptyNotifier); ok {
+				if err := n.QueueEmpty(ctx); err != nil {
+					u.logf("telling the receiver the queue is empty: %v", err)
+				}
+			}
 			return st, nil
 		}
 		for _, e := range es {
@@ -243,7 +258,11 @@ func (s *Stats) add(o Stats) {
 // Retry-After) has passed: a link or network that is down is waited for,
 // never spun on. It returns when ctx ends.
 func (u *Uploader) Run(ctx context.Context, interval time.Duration, b *Backoff) error {
-	wake, stop, err := Watch(u.Queue.Dir())
+	watch := u.Watch
+	if watch == nil {
+		watch = Watch
+	}
+	wake, stop, err := watch(u.Queue.Dir())
 	if err != nil {
 		u.logf("inotify unavailable (%v): polling every %v", err, interval)
 	} else {

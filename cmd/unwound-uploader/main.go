@@ -3,7 +3,7 @@
 // text for boards whose only UART is the console. Logs go to stderr.
 //
 //	unwound-uploader [--config PATH] [--transport http|serial] [--once]
-//	unwound-uploader [--config PATH] dump [--remove]
+//	unwound-uploader [--config PATH] dump [--remove [--wait D]]
 //
 // Without --once it is a daemon: it drains at start, whenever a report
 // lands in the queue (inotify; polling every upload.interval without it),
@@ -11,7 +11,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,7 +43,9 @@ func main() {
 func usage(fs *flag.FlagSet) func() {
 	return func() {
 		fmt.Fprint(os.Stderr, `usage: unwound-uploader [flags]            upload the queue (daemon, or --once)
-       unwound-uploader [flags] dump [--remove]   print the queue as text armor on stdout
+       unwound-uploader [flags] dump [--remove [--wait D]]
+                        print the queue as text armor on stdout; with --remove,
+                        delete the entries the host confirms (=UNWOUND-ACK lines on stdin)
 
 flags:
 `)
@@ -79,6 +83,7 @@ func run(args []string) int {
 	once := fs.Bool("once", false, "drain the queue and exit (cron, systemd timers); exit status 1 if reports remain")
 	transport := fs.String("transport", "", "override upload.transport: `http` or serial")
 	tries := fs.Int("tries", 3, "with --once: attempts before giving up")
+	backoff := fs.Duration("backoff", time.Second, "first wait after a failed attempt; it doubles (with jitter) up to upload.interval, at most 10m")
 	version := fs.Bool("version", false, "print the version")
 	fs.Usage = usage(fs)
 	if err := fs.Parse(args); err != nil {
@@ -133,7 +138,7 @@ func run(args []string) int {
 		t = serialup.New(serialup.Config{
 			Port: cfg.Serial.Port, Baud: cfg.Serial.Baud, Flow: cfg.Serial.FlowControl,
 			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv()},
-			Log:   log.Printf,
+			Log:   log.Printf, Announce: *once,
 		})
 	case "http":
 		t, err = newHTTP(cfg)
@@ -159,7 +164,11 @@ func run(args []string) int {
 	if interval < maxWait {
 		maxWait = interval
 	}
-	b := &uploader.Backoff{Min: time.Second, Max: maxWait}
+	if *backoff <= 0 || *backoff > maxWait {
+		log.Printf("--backoff %v: want more than 0 and at most %v", *backoff, maxWait)
+		return 2
+	}
+	b := &uploader.Backoff{Min: *backoff, Max: maxWait}
 	if *once {
 		st, err := u.Once(ctx, *tries, b, time.Minute)
 		log.Printf("%d delivered, %d duplicates, %d quarantined, %d bytes", st.Delivered, st.Duplicates, st.Quarantined, st.Bytes)
@@ -177,15 +186,21 @@ func run(args []string) int {
 	return 0
 }
 
-// rtoFromEnv lets tests shorten the serial resend timeout.
+// rtoFromEnv lets tests set the serial resend timeout (default: from the
+// baud rate; one shorter than a window takes on the line causes resend storms).
 func rtoFromEnv() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv("UNWOUND_SERIAL_RTO"))
 	return d
 }
 
+// dump prints every entry as armor. With --remove it then reads the
+// host's confirmations (=UNWOUND-ACK lines, as `unwound extract` prints
+// them) from stdin and deletes the entries they name, if their sha256
+// still matches, until all are confirmed, stdin ends or --wait passes.
 func dump(q *queue.Queue, args []string) int {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
-	remove := fs.Bool("remove", false, "delete each entry once printed")
+	remove := fs.Bool("remove", false, "then delete each entry the host confirms on stdin")
+	wait := fs.Duration("wait", 10*time.Minute, "with --remove: how long to wait for confirmations")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -194,6 +209,7 @@ func dump(q *queue.Queue, args []string) int {
 		log.Print(err)
 		return 1
 	}
+	printed := map[string]string{} // name → sha256
 	for _, e := range es {
 		data, err := q.Read(e.Name)
 		if err != nil {
@@ -204,14 +220,49 @@ func dump(q *queue.Queue, args []string) int {
 			log.Print(err)
 			return 1
 		}
-		if *remove {
-			os.Stdout.Sync()
-			if err := q.Remove(e.Name); err != nil {
-				log.Print(err)
-			}
-		}
+		printed[e.Name] = fmt.Sprintf("%x", sha256.Sum256(data))
 	}
-	log.Printf("%d reports printed", len(es))
+	log.Printf("%d reports printed", len(printed))
+	if !*remove || len(printed) == 0 {
+		return 0
+	}
+	log.Printf("waiting up to %v for the host's =UNWOUND-ACK lines on stdin", *wait)
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(*wait)
+	removed := 0
+	for len(printed) > 0 {
+		var l string
+		var ok bool
+		select {
+		case l, ok = <-lines:
+		case <-timeout:
+		}
+		if !ok {
+			break
+		}
+		name, sum, ok := armor.ParseAck(l)
+		if !ok || printed[name] == "" {
+			continue
+		}
+		if printed[name] != sum {
+			log.Printf("%s: the host confirmed other bytes (sha256 %s); kept", name, sum)
+			continue
+		}
+		if err := q.Remove(name); err != nil {
+			log.Print(err)
+			continue
+		}
+		delete(printed, name)
+		removed++
+	}
+	log.Printf("%d removed, %d kept (not confirmed)", removed, len(printed))
 	return 0
 }
 

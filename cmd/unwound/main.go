@@ -2,9 +2,9 @@
 // boards queue and upload. See README.md.
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
-//	unwound receive --port DEV [--baud N] --out DIR [--count N] [--idle D]
-//	unwound serve [--listen ADDR] --out DIR [--token T]
-//	unwound undump [--out DIR] FILE|-
+//	unwound receive --port DEV [--baud N] --out DIR [--follow] [--count N] [--idle D]
+//	unwound serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound extract [--out DIR] [FILE] < console.log
 //	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
 package main
 
@@ -35,8 +35,8 @@ func main() {
 		err = receive(os.Args[2:])
 	case "serve":
 		err = serve(os.Args[2:])
-	case "undump":
-		err = undump(os.Args[2:])
+	case "extract", "undump":
+		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
 	case "version", "--version":
@@ -59,11 +59,13 @@ func usage() {
 
 commands:
   decode [--format json|text] FILE...   validate and print reports (.json.zst, .json, - for stdin)
-  receive --port DEV [--baud N] [--flow none|rtscts] --out DIR [--count N] [--idle D]
-                                        receive reports over a serial line
-  serve [--listen ADDR] --out DIR [--token T] [--tls-cert F --tls-key F]
-                                        receive reports over HTTP(S)
-  undump [--out DIR] FILE|-             turn 'unwound-uploader dump' text back into reports
+  receive --port DEV [--baud N] [--flow none|rtscts] --out DIR [--follow] [--count N] [--idle D]
+                                        pull reports over a serial line until the board's queue
+                                        is empty (--follow: keep listening); reopens DEV if it goes away
+  serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+                                        receive reports over HTTP(S); GET /reports lists them
+  extract [--out DIR] [FILE] < LOG      recover 'unwound-uploader dump' reports from a console log;
+                                        prints the =UNWOUND-ACK lines the board's dump --remove takes
   symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
                                         (DEBUGINFOD_URLS: also ask these debuginfod servers)

@@ -1,19 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/uploader"
+	"github.com/unwound-dev/unwound/uploader/armor"
 	"github.com/unwound-dev/unwound/uploader/httpup"
 )
 
@@ -61,40 +65,104 @@ func TestServeHandler(t *testing.T) {
 	testutil.Received(t, out, want)
 }
 
-// dump on the board, a noisy console, undump on the host.
-func TestDumpUndump(t *testing.T) {
+// TestDumpExtractConfirm: `unwound-uploader dump --remove` on the board,
+// its output through a console polluted with shell prompts, kernel
+// messages, CRLF and a logger's timestamps, one line lost; `unwound
+// extract` on the host recovers the intact reports byte-identical and
+// prints their confirmations; fed back to the board, those (and not a
+// forged one) remove exactly the confirmed entries.
+func TestDumpExtractConfirm(t *testing.T) {
 	dir := t.TempDir()
 	out, err := exec.Command("go", "build", "-o", dir+"/", "../unwound-uploader", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	q := testutil.Queue(t)
-	want := testutil.Fill(t, q, rand.New(rand.NewSource(2)), 3, 200)
+	want := testutil.Fill(t, q, rand.New(rand.NewSource(2)), 4, 200)
+	names := testutil.Entries(t, q.Dir())
 	cfg := filepath.Join(dir, "unwound.toml")
 	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q.Dir()+"\"\nallow_volatile = true\n"), 0o644)
-	armor, err := exec.Command(dir+"/unwound-uploader", "--config", cfg, "dump", "--remove").Output()
-	if err != nil {
+
+	dump := exec.Command(dir+"/unwound-uploader", "--config", cfg, "dump", "--remove", "--wait", "60s")
+	stdin, _ := dump.StdinPipe()
+	stdout, _ := dump.StdoutPipe()
+	var dumpLog bytes.Buffer
+	dump.Stderr = &dumpLog
+	if err := dump.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(testutil.Entries(t, q.Dir())); n != 0 {
-		t.Fatalf("dump --remove left %d", n)
+	t.Cleanup(func() { dump.Process.Kill(); dump.Wait() })
+	// The console: what the board printed, as a terminal logger saw it.
+	var console strings.Builder
+	console.WriteString("[12:00:00] root@board:~# unwound-uploader dump --remove\r\n")
+	sc := bufio.NewScanner(stdout)
+	ends, n := 0, 0
+	var lost string
+	for ends < 4 && sc.Scan() {
+		l := sc.Text()
+		n++
+		if strings.HasPrefix(l, "=UNWOUND-END") {
+			ends++
+		}
+		if ends == 3 && lost == "" && strings.HasPrefix(l, "=UW 0002 ") {
+			lost = l // the fourth report's second line never makes it
+			continue
+		}
+		if n%7 == 0 {
+			console.WriteString("[  " + strconv.Itoa(100+n) + ".000123] eth0: link up, 100Mbps, full-duplex\r\n")
+		}
+		console.WriteString("[12:00:" + strconv.Itoa(10+n%50) + "] " + l + "\r\n")
 	}
-	// The console: CRLF and a kernel message between two lines.
-	console := strings.ReplaceAll(string(armor), "\n", "\r\n")
-	i := strings.Index(console, "=UW 0002")
-	console = console[:i] + "[  99.000001] eth0: link down\r\n" + console[i:]
-	log := filepath.Join(dir, "console.log")
-	os.WriteFile(log, []byte(console), 0o644)
+	console.WriteString("[12:00:59] root@board:~# \r\n")
+	if ends != 4 || lost == "" {
+		t.Fatalf("read %d blocks from dump", ends)
+	}
+	logFile := filepath.Join(dir, "console.log")
+	os.WriteFile(logFile, []byte(console.String()), 0o644)
+
 	rx := t.TempDir()
-	if out, err := exec.Command(dir+"/unwound", "undump", "--out", rx, log).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	ext := exec.Command(dir+"/unwound", "extract", "--out", rx)
+	ext.Stdin = strings.NewReader(console.String())
+	var extErr bytes.Buffer
+	ext.Stderr = &extErr
+	acks, err := ext.Output()
+	if err == nil || !strings.Contains(extErr.String(), "1 of 4 reports damaged") {
+		t.Fatalf("extract: %v\n%s", err, &extErr)
 	}
-	testutil.Received(t, rx, want)
-	// A damaged line fails the report.
-	j := strings.Index(console, "=UW 0003 ") + 15
-	bad := console[:j] + string(console[j]^1) + console[j+1:]
-	os.WriteFile(log, []byte(bad), 0o644)
-	if out, err := exec.Command(dir+"/unwound", "undump", "--out", t.TempDir(), log).CombinedOutput(); err == nil {
-		t.Fatalf("damaged armor accepted:\n%s", out)
+	got := map[string][]byte{}
+	for id, b := range want {
+		if string(b) != string(must(q.Read(names[3]))) {
+			got[id] = b
+		}
 	}
+	testutil.Received(t, rx, got)
+	if c := strings.Count(string(acks), "=UNWOUND-ACK "); c != 3 {
+		t.Fatalf("%d confirmations:\n%s", c, acks)
+	}
+	// Back to the board, through the console; plus a forged confirmation
+	// of the damaged report (its name, other bytes).
+	forged := armor.Ack(names[3], []byte("not the report"))
+	io.WriteString(stdin, strings.ReplaceAll(string(acks), "=UNWOUND", "> =UNWOUND")+forged+"\n")
+	stdin.Close()
+	if err := dump.Wait(); err != nil {
+		t.Fatalf("dump: %v\n%s", err, &dumpLog)
+	}
+	left := testutil.Entries(t, q.Dir())
+	if len(left) != 1 || left[0] != names[3] {
+		t.Fatalf("left in the queue: %v, want only %s\n%s", left, names[3], &dumpLog)
+	}
+	if !strings.Contains(dumpLog.String(), "3 removed, 1 kept") || !strings.Contains(dumpLog.String(), "confirmed other bytes") {
+		t.Fatalf("dump log:\n%s", &dumpLog)
+	}
+	// The same log via a file argument: the intact ones are already there.
+	if out, err := exec.Command(dir+"/unwound", "extract", "--out", rx, logFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "already there") {
+		t.Fatalf("extract FILE: %v\n%s", err, out)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,12 +25,20 @@ import (
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", ":8080", "`address` to listen on")
-	out := fs.String("out", "", "`directory` for the reports (DIR/<id>.json.zst)")
+	out := fs.String("dir", "", "`directory` for the reports (DIR/<id>.json.zst)")
+	fs.StringVar(out, "out", "", "same as --dir")
 	token := fs.String("token", "", "require this bearer `token`")
 	cert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	key := fs.String("tls-key", "", "and this key (PEM)")
+	clientCA := fs.String("client-ca", "", "with --tls-cert: require a client certificate signed by a CA in this PEM `bundle` (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if (*cert == "") != (*key == "") {
+		return errors.New("serve: --tls-cert and --tls-key go together")
+	}
+	if *clientCA != "" && *cert == "" {
+		return errors.New("serve: --client-ca needs --tls-cert and --tls-key")
 	}
 	st, err := newDirStore(*out)
 	if err != nil {
@@ -45,6 +55,17 @@ func serve(args []string) error {
 		Handler:           reportHandler(st, *token, logf),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
+	}
+	if *clientCA != "" {
+		pem, err := os.ReadFile(*clientCA)
+		if err != nil {
+			return fmt.Errorf("serve: --client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("serve: --client-ca %s: no PEM certificate", *clientCA)
+		}
+		srv.TLSConfig = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,16 +91,13 @@ func serve(args []string) error {
 	return err
 }
 
-// reportHandler takes POSTed reports: 201 stored, 200 duplicate (the
-// uploader deletes its entry either way), 400 invalid (the uploader
-// quarantines it), 401 bad token, 413 too large, 415 unknown encoding.
+// reportHandler takes POSTed reports (at any path but /reports): 201
+// stored, 200 duplicate (the uploader deletes its entry either way), 400
+// invalid (the uploader quarantines it), 401 bad token, 413 too large, 415
+// unknown encoding. GET /reports lists the stored reports as JSON. The
+// token, when set, guards both.
 func reportHandler(st *dirStore, token string, logf func(string, ...any)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", "POST")
-			http.Error(w, "POST reports here", http.StatusMethodNotAllowed)
-			return
-		}
 		if token != "" {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
@@ -87,6 +105,21 @@ func reportHandler(st *dirStore, token string, logf func(string, ...any)) http.H
 				http.Error(w, "bad or missing bearer token", http.StatusUnauthorized)
 				return
 			}
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/reports" {
+			list, err := st.list()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(list)
+			return
+		}
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "POST reports here, GET /reports lists them", http.StatusMethodNotAllowed)
+			return
 		}
 		switch ce := r.Header.Get("Content-Encoding"); ce {
 		case "", "identity", "zstd":

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/unwound-dev/unwound/handler/report"
 )
@@ -90,6 +93,35 @@ func writeAtomic(path string, data []byte) error {
 		d.Close()
 	}
 	return nil
+}
+
+// Stored is one entry of GET /reports.
+type Stored struct {
+	ID       string    `json:"id"`
+	Size     int64     `json:"size"`
+	Received time.Time `json:"received"`
+}
+
+// list returns the stored reports, oldest first.
+func (s *dirStore) list() ([]Stored, error) {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	out := []Stored{}
+	for _, de := range des {
+		id, ok := strings.CutSuffix(de.Name(), ".json.zst")
+		if !ok || !validID(id) {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, Stored{ID: id, Size: fi.Size(), Received: fi.ModTime().UTC()})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
+	return out, nil
 }
 
 func validID(id string) bool {

@@ -9,6 +9,12 @@
 //	=UW 0001 <base64 of up to 48 bytes> <crc32 of the line's bytes, 8 hex>
 //	...
 //	=UNWOUND-END name=0000000042-1a2b3c4d.json.zst lines=26
+//
+// The host confirms each report it recovered with one line back to the
+// board (`unwound extract` prints them; `unwound-uploader dump --remove`
+// reads them and deletes only the entries whose name and sha256 match):
+//
+//	=UNWOUND-ACK name=0000000042-1a2b3c4d.json.zst sha256=<64 hex>
 package armor
 
 import (
@@ -24,6 +30,7 @@ import (
 )
 
 const (
+	ackMark   = "=UNWOUND-ACK "
 	beginMark = "=UNWOUND-BEGIN v1 "
 	lineMark  = "=UW "
 	endMark   = "=UNWOUND-END "
@@ -161,4 +168,36 @@ func Read(r io.Reader) ([]Block, error) {
 		finish(-1)
 	}
 	return out, sc.Err()
+}
+
+// Ack is the confirmation line for an entry the host recovered, without
+// its newline.
+func Ack(name string, data []byte) string {
+	return fmt.Sprintf("%sname=%s sha256=%x", ackMark, name, sha256.Sum256(data))
+}
+
+// ParseAck finds a confirmation on a line (anything around it, as a
+// console adds, is ignored) and returns the entry name and its sha256 in
+// lower-case hex.
+func ParseAck(line string) (name, sum string, ok bool) {
+	i := strings.Index(line, ackMark)
+	if i < 0 {
+		return "", "", false
+	}
+	for _, kv := range strings.Fields(line[i+len(ackMark):]) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "name":
+			name = v
+		case "sha256":
+			sum = strings.ToLower(v)
+		}
+	}
+	if name == "" || strings.ContainsAny(name, "/\\") || len(sum) != 64 {
+		return "", "", false
+	}
+	if _, err := hex.DecodeString(sum); err != nil {
+		return "", "", false
+	}
+	return name, sum, true
 }

@@ -46,3 +46,22 @@ func TestRoundTripWithNoise(t *testing.T) {
 		t.Fatal("missing line not detected")
 	}
 }
+
+func TestAck(t *testing.T) {
+	data := []byte("report")
+	l := "root@board:~# " + Ack("0000000007-00000000.json.zst", data) + "\r"
+	name, sum, ok := ParseAck(l)
+	if !ok || name != "0000000007-00000000.json.zst" || len(sum) != 64 {
+		t.Fatal(name, sum, ok)
+	}
+	for _, bad := range []string{
+		"=UNWOUND-ACK name=../etc/passwd sha256=" + sum,
+		"=UNWOUND-ACK name=x sha256=" + sum[:60],
+		"=UNWOUND-ACK name=x sha256=" + strings.Repeat("g", 64),
+		"=UNWOUND-ACK sha256=" + sum,
+	} {
+		if _, _, ok := ParseAck(bad); ok {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

@@ -52,6 +52,7 @@ const (
 	TAck   Type = 4 // receiver: report id, bytes held contiguously
 	TNak   Type = 5 // receiver: report id, offset expected, reason
 	TDone  Type = 6 // receiver: report id, status (stored, duplicate, rejected)
+	TEmpty Type = 7 // uploader: the queue is empty; the receiver acks it
 )
 
 func (t Type) String() string {
@@ -68,6 +69,8 @@ func (t Type) String() string {
 		return "nak"
 	case TDone:
 		return "done"
+	case TEmpty:
+		return "empty"
 	}
 	return fmt.Sprintf("type%d", uint8(t))
 }

@@ -28,6 +28,9 @@ type ReceiverOptions struct {
 	Count int
 	// Idle stops Serve after this long without a valid frame (0: never).
 	Idle time.Duration
+	// Follow keeps serving after the uploader said its queue is empty;
+	// without it Serve returns ErrEmpty then.
+	Follow bool
 	// Log, when set, receives one line per event.
 	Log func(format string, args ...any)
 }
@@ -39,6 +42,7 @@ type Receiver struct {
 	opt   ReceiverOptions
 	parts map[ID]*partial
 	cur   *partial // the transfer data frames belong to
+	empty bool     // the last frame said the uploader's queue is empty
 	// Stored counts reports stored by this receiver; Dups the offers of
 	// reports it already had.
 	Stored, Dups int
@@ -72,8 +76,17 @@ func NewReceiver(c *Conn, st Store, opt ReceiverOptions) *Receiver {
 // ErrIdle is returned by Serve when Idle passed without a frame.
 var ErrIdle = errors.New("idle timeout")
 
+// ErrEmpty is returned by Serve when the uploader said its queue is empty
+// (and Follow is off).
+var ErrEmpty = errors.New("the board's queue is empty")
+
+// Use makes the receiver answer on c from now on (the port was reopened);
+// partial transfers are kept, so the uploader resumes them.
+func (r *Receiver) Use(c *Conn) { r.c = c }
+
 // Serve answers until ctx ends, the stream fails, Count reports were
-// stored (nil) or Idle passed (ErrIdle).
+// stored (nil), Idle passed (ErrIdle) or the uploader's queue is empty
+// (ErrEmpty, unless Follow).
 func (r *Receiver) Serve(ctx context.Context) error {
 	var idle <-chan time.Time
 	var t *time.Timer
@@ -97,6 +110,10 @@ func (r *Receiver) Serve(ctx context.Context) error {
 			if err := r.handle(f); err != nil {
 				return err
 			}
+			if r.empty && !r.opt.Follow {
+				return ErrEmpty
+			}
+			r.empty = false
 			if r.opt.Count > 0 && r.Stored >= r.opt.Count {
 				return nil
 			}
@@ -123,6 +140,11 @@ func (r *Receiver) handle(f Frame) error {
 		r.opt.Log("hello from %q (window %d, chunk %d)", h.Name, h.Window, h.Chunk)
 		_, err = r.c.Send(THello, Hello{Role: RoleReceiver, Window: uint8(r.opt.Window), Chunk: uint16(r.opt.Chunk), Echo: f.Seq, Name: r.opt.Name}.Encode())
 		return err
+	case TEmpty:
+		r.empty = true
+		r.opt.Log("the board's queue is empty (%d reports stored here)", r.Stored)
+		// The ack names the empty frame's seq (id zero).
+		return r.reply(TAck, Reply{Offset: f.Seq})
 	case TOffer:
 		o, err := ParseOffer(f.Payload)
 		if err != nil {

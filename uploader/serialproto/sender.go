@@ -255,3 +255,30 @@ func (s *Sender) reply(f Frame, id ID) (Reply, bool) {
 	}
 	return r, true
 }
+
+// Empty tells the receiver the queue is empty (a receiver that is not
+// following exits) and waits for its ack, resending up to three times.
+// ErrLinkDown when no ack came: harmless, the receiver also has an idle
+// timeout.
+func (s *Sender) Empty(ctx context.Context) error {
+	for try := 0; try < 3; try++ {
+		seq, err := s.c.Send(TEmpty, nil)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrClosed, err)
+		}
+		deadline := time.Now().Add(s.opt.RTO)
+		for {
+			f, err := s.recv(ctx, deadline)
+			if err == errTimeout {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if r, ok := s.reply(f, ID{}); ok && f.Type == TAck && r.Offset == seq {
+				return nil
+			}
+		}
+	}
+	return ErrLinkDown
+}

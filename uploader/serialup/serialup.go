@@ -58,6 +58,10 @@ type Config struct {
 	Flow  string
 	Proto serialproto.Options
 	Log   func(format string, args ...any)
+	// Announce opens the link to say the queue is empty even when nothing
+	// was sent (--once: a host waiting in `unwound receive` learns there
+	// is nothing to pull). Without it only an open link is told.
+	Announce bool
 }
 
 // Transport sends reports over a serial port. The port is opened on the
@@ -129,6 +133,23 @@ func (t *Transport) Send(ctx context.Context, it uploader.Item) (uploader.Result
 		return uploader.Result{Outcome: uploader.Rejected, Reason: "receiver rejected the report"}, nil
 	}
 	return uploader.Result{}, errors.New("receiver sent an unknown status")
+}
+
+// QueueEmpty implements uploader.EmptyNotifier.
+func (t *Transport) QueueEmpty(ctx context.Context) error {
+	if t.snd == nil {
+		if !t.cfg.Announce {
+			return nil
+		}
+		if err := t.connect(ctx); err != nil {
+			return err
+		}
+	}
+	if err := t.snd.Empty(ctx); err != nil {
+		t.Close()
+		return err
+	}
+	return nil
 }
 
 // Close closes the port.

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/internal/testutil"
+)
+
+// BenchmarkSerialGoodput115200: report bytes per second from the
+// unwound-uploader binary to `unwound receive` through the relay paced at
+// 115200 baud 8N1 with 8 ms adapter latency each way, as a fraction of
+// what the same relay carries of raw bytes in the same run (the baseline;
+// nominally 11,520 B/s).
+func BenchmarkSerialGoodput115200(b *testing.B) {
+	f := faults{bps: 11520, latency: 8 * time.Millisecond}
+	// Baseline: two seconds of raw bytes through the same relay.
+	mA, sA, _ := pty(b)
+	mB, sB, _ := pty(b)
+	newRelay(f, mA, mB)
+	wa, err := os.OpenFile(sA, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wa.Close()
+	rb, err := os.OpenFile(sB, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rb.Close()
+	const raw = 23040
+	start := time.Now()
+	go wa.Write(make([]byte, raw))
+	buf := make([]byte, 4096)
+	for got := 0; got < raw; {
+		n, err := rb.Read(buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += n
+	}
+	line := float64(raw) / time.Since(start).Seconds()
+
+	var bytes int
+	var elapsed time.Duration
+	for i := 0; i < b.N; i++ {
+		r := newRig(b, 4, 4000, f)
+		rx, _ := r.receiver(b, "--idle", "120s")
+		start := time.Now()
+		if out, err := r.uploader(b, "", "--once").CombinedOutput(); err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		elapsed += time.Since(start)
+		rx.Wait()
+		testutil.Received(b, r.out, r.want)
+		bytes += total(r.want)
+	}
+	good := float64(bytes) / elapsed.Seconds()
+	b.ReportMetric(good, "report-B/s")
+	b.ReportMetric(line, "line-B/s")
+	b.ReportMetric(good/line, "goodput/line")
+}

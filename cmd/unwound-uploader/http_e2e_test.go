@@ -1,0 +1,536 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	mrand "math/rand"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/uploader"
+)
+
+// HTTP end to end: the unwound-uploader binary against the `unwound serve`
+// binary on loopback, directly or through a proxy that injects faults.
+
+// pki is a test CA writing PEM files into dir.
+type pki struct {
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  string // the CA certificate's file
+}
+
+var serial int64 = 1
+
+func newCA(t *testing.T, name string) *pki {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &pki{dir: t.TempDir(), cert: cert, key: key}
+	ca.pem = ca.write(t, name+"-ca.pem", "CERTIFICATE", der)
+	return ca
+}
+
+func (ca *pki) write(t *testing.T, name, typ string, der []byte) string {
+	p := filepath.Join(ca.dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// leaf issues a certificate for 127.0.0.1 (server) or a client, valid
+// from notBefore for a day; it returns the cert and key files.
+func (ca *pki) leaf(t *testing.T, name string, client bool, notBefore time.Time) (certFile, keyFile string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if client {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.write(t, name+".pem", "CERTIFICATE", der), ca.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
+}
+
+// bulk is how many reports the HTTP end-to-end tests queue: 1,000, or 100
+// with -short.
+func bulk() int {
+	if testing.Short() {
+		return 100
+	}
+	return 1000
+}
+
+// server is a running `unwound serve`.
+type server struct {
+	url string
+	dir string
+	cmd *exec.Cmd
+	mu  sync.Mutex
+	log bytes.Buffer
+}
+
+func (s *server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// stop ends the server (SIGTERM: a graceful shutdown).
+func (s *server) stop() {
+	s.cmd.Process.Signal(os.Interrupt)
+	s.cmd.Wait()
+}
+
+var listening = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
+
+func startServe(t *testing.T, dir string, args ...string) *server {
+	_, unwound := binaries(t)
+	cmd := exec.Command(unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{dir: dir, cmd: cmd}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.log.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		close(found)
+	}()
+	select {
+	case u, ok := <-found:
+		if !ok {
+			t.Fatalf("unwound serve exited:\n%s", s.Log())
+		}
+		s.url = u
+	case <-time.After(30 * time.Second):
+		t.Fatalf("unwound serve did not start:\n%s", s.Log())
+	}
+	return s
+}
+
+// httpBoard is a queue and an uploader configuration.
+type httpBoard struct {
+	dir  string // queue
+	cfg  string
+	want map[string][]byte
+}
+
+func newHTTPBoard(t *testing.T, n int, seed int64, upload string) *httpBoard {
+	q := testutil.Queue(t)
+	b := &httpBoard{dir: q.Dir(), cfg: filepath.Join(t.TempDir(), "unwound.toml")}
+	b.want = testutil.Stage(t, q.Dir(), mrand.New(mrand.NewSource(seed)), 1, n, 20)
+	b.config(t, upload)
+	return b
+}
+
+// config writes the configuration with this [upload] section body.
+func (b *httpBoard) config(t *testing.T, upload string) {
+	cfg := fmt.Sprintf("[device]\nid = \"board-7\"\n[queue]\ndir = %q\nallow_volatile = true\n[upload]\ntransport = \"http\"\n%s\n", b.dir, upload)
+	if err := os.WriteFile(b.cfg, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *httpBoard) once(t *testing.T, args ...string) (string, error) {
+	up, _ := binaries(t)
+	out, err := exec.Command(up, append([]string{"--config", b.cfg, "--once"}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func (b *httpBoard) queued(t *testing.T) int { return len(testutil.Entries(t, b.dir)) }
+
+func (b *httpBoard) quarantined(t *testing.T) []string {
+	d := filepath.Join(b.dir, uploader.QuarantineDir)
+	if _, err := os.Stat(d); os.IsNotExist(err) {
+		return nil
+	}
+	return testutil.Entries(t, d)
+}
+
+// listed is what GET /reports says.
+func listed(t *testing.T, client *http.Client, url, token string) []string {
+	req, _ := http.NewRequest("GET", url+"/reports", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /reports: %s", resp.Status)
+	}
+	var list []struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range list {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// TestHTTPServeThousand: 1,000 queued reports over plain HTTP all arrive
+// once, byte-identical; the queue ends empty; GET /reports lists them.
+func TestHTTPServeThousand(t *testing.T) {
+	srv := startServe(t, t.TempDir())
+	n := bulk()
+	b := newHTTPBoard(t, n, 11, fmt.Sprintf("url = %q\ntimeout = \"10s\"", srv.url+"/v1/reports"))
+	start := time.Now()
+	out, err := b.once(t)
+	if err != nil {
+		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
+	}
+	d := time.Since(start)
+	testutil.Received(t, srv.dir, b.want)
+	if left := b.queued(t); left != 0 {
+		t.Fatalf("%d entries left", left)
+	}
+	if got := strings.Count(srv.Log(), ": stored"); got != n {
+		t.Fatalf("stored %d times", got)
+	}
+	if ids := listed(t, http.DefaultClient, srv.url, ""); len(ids) != n {
+		t.Fatalf("GET /reports lists %d", len(ids))
+	}
+	t.Logf("%d reports in %v", n, d.Round(time.Millisecond))
+}
+
+// TestHTTPServeTLS: HTTPS with certificates made here; a server signed by
+// another CA, a missing token, a missing client certificate and a server
+// certificate not valid yet (a board whose clock is not synced) all fail
+// without losing or quarantining anything; with everything right, 1,000
+// reports arrive over mutual TLS with a token.
+func TestHTTPServeTLS(t *testing.T) {
+	ca, other := newCA(t, "fleet"), newCA(t, "stranger")
+	srvCert, srvKey := ca.leaf(t, "server", false, time.Now().Add(-time.Minute))
+	cliCert, cliKey := ca.leaf(t, "board-7", true, time.Now().Add(-time.Minute))
+	rxDir := t.TempDir()
+	srv := startServe(t, rxDir, "--tls-cert", srvCert, "--tls-key", srvKey, "--client-ca", ca.pem, "--token", "s3cret")
+	tok := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tok, []byte("s3cret\n"), 0o600)
+	n := bulk()
+	b := newHTTPBoard(t, n, 12, "")
+	good := fmt.Sprintf("url = %q\nca_file = %q\nclient_cert = %q\nclient_key = %q\ntoken_file = %q\ntimeout = \"10s\"",
+		srv.url, ca.pem, cliCert, cliKey, tok)
+
+	refused := func(name, upload, why string) {
+		t.Helper()
+		b.config(t, upload)
+		out, err := b.once(t, "--tries", "1")
+		if err == nil {
+			t.Fatalf("%s: upload succeeded:\n%s", name, out)
+		}
+		if !strings.Contains(out, why) {
+			t.Fatalf("%s: want %q in:\n%s", name, why, out)
+		}
+		if got := b.queued(t); got != n {
+			t.Fatalf("%s: %d queued, want %d", name, got, n)
+		}
+		if q := b.quarantined(t); len(q) != 0 {
+			t.Fatalf("%s: quarantined %v", name, q)
+		}
+	}
+	refused("wrong CA", strings.Replace(good, ca.pem, other.pem, 1), "certificate signed by unknown authority")
+	refused("no token", strings.Replace(good, fmt.Sprintf("token_file = %q", tok), "", 1), "HTTP 401")
+	refused("no client certificate", strings.Replace(strings.Replace(good, fmt.Sprintf("client_cert = %q", cliCert), "", 1), fmt.Sprintf("client_key = %q", cliKey), "", 1), "certificate required")
+
+	// The board's clock is behind (not synced yet): the server's
+	// certificate is "not yet valid". Temporary: nothing quarantined.
+	early := startServe(t, t.TempDir(), append([]string{"--tls-cert"}, ca.leafArgs(t, "early", time.Now().Add(48*time.Hour))...)...)
+	refused("clock not synced", strings.Replace(good, srv.url, early.url, 1), "certificate has expired or is not yet valid")
+	early.stop()
+
+	b.config(t, good)
+	start := time.Now()
+	out, err := b.once(t)
+	if err != nil {
+		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
+	}
+	d := time.Since(start)
+	testutil.Received(t, rxDir, b.want)
+	if left := b.queued(t); left != 0 {
+		t.Fatalf("%d entries left", left)
+	}
+	if got := strings.Count(srv.Log(), ": stored"); got != n {
+		t.Fatalf("stored %d times", got)
+	}
+	// The listing needs the client certificate and the token too.
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	kp, err := tls.LoadX509KeyPair(cliCert, cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}}}}
+	if ids := listed(t, client, srv.url, "s3cret"); len(ids) != n {
+		t.Fatalf("GET /reports lists %d", len(ids))
+	}
+	t.Logf("%d reports over mutual TLS in %v", n, d.Round(time.Millisecond))
+}
+
+// leafArgs issues a server certificate valid from notBefore and returns
+// serve's "CERT --tls-key KEY" arguments.
+func (ca *pki) leafArgs(t *testing.T, name string, notBefore time.Time) []string {
+	c, k := ca.leaf(t, name, false, notBefore)
+	return []string{c, "--tls-key", k}
+}
+
+// fault is what the proxy does with one request.
+type fault int
+
+const (
+	pass      fault = iota
+	resetBody       // read half the body, then reset the connection
+	err500          // answer 500
+	slowDown        // answer 429 with Retry-After: 1
+	blackHole       // read the request, never answer
+	lostReply       // forward it (the server stores it), then reset instead of answering
+	reject          // answer 422: a permanent refusal of this report
+)
+
+func (f fault) String() string {
+	return [...]string{"pass", "reset mid-body", "500", "429 Retry-After", "black hole", "reply lost", "422"}[f]
+}
+
+// proxy forwards HTTP/1.1 requests to backend, injecting plan's faults.
+type proxy struct {
+	ln      net.Listener
+	backend string
+	plan    func(n int, id string) fault
+	mu      sync.Mutex
+	seen    []time.Time
+	faults  map[fault]int
+	after   map[fault][]int // numbers of the requests right after each fault
+}
+
+func newProxy(t *testing.T, backend string, plan func(n int, id string) fault) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, backend: backend, plan: plan, faults: map[fault]int{}, after: map[fault][]int{}}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.conn(c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) conn(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		id := req.Header.Get("X-Unwound-Report-Id")
+		p.mu.Lock()
+		n := len(p.seen)
+		p.seen = append(p.seen, time.Now())
+		f := p.plan(n, id)
+		if f != pass {
+			p.faults[f]++
+			p.after[f] = append(p.after[f], n+1)
+		}
+		p.mu.Unlock()
+		reset := func() {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+		switch f {
+		case resetBody:
+			io.CopyN(io.Discard, req.Body, req.ContentLength/2)
+			reset()
+			return
+		case err500:
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops\n")
+			continue
+		case slowDown:
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+			continue
+		case reject:
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 8\r\n\r\nnot ours")
+			continue
+		case blackHole:
+			io.Copy(io.Discard, req.Body)
+			io.Copy(io.Discard, c) // until the client gives up
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		out, _ := http.NewRequest(req.Method, p.backend+req.URL.RequestURI(), bytes.NewReader(body))
+		out.Header = req.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			reset()
+			return
+		}
+		rb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if f == lostReply {
+			reset()
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n", resp.Status, len(rb))
+		c.Write(rb)
+	}
+}
+
+// TestHTTPFaultProxy: 1,000 reports through a proxy that resets
+// connections mid-body, answers 500 and 429 (Retry-After: 1), swallows a
+// request (black hole), loses a reply after the server stored the report,
+// and refuses one report for good (422). Every other report arrives
+// exactly once; the refused one is quarantined; every fault costs one
+// request and no more.
+func TestHTTPFaultProxy(t *testing.T) {
+	rxDir := t.TempDir()
+	srv := startServe(t, rxDir)
+	n := bulk()
+	b := newHTTPBoard(t, n, 13, "")
+	refused := ""
+	for id := range b.want {
+		if refused == "" || id < refused {
+			refused = id
+		}
+	}
+	// Faults by the number of the request among those for the other
+	// reports (the refused one is refused every time).
+	schedule := map[int]fault{}
+	for i, f := range []fault{resetBody, err500, slowDown, blackHole, lostReply, resetBody, err500, slowDown, blackHole, lostReply} {
+		schedule[n/25+i*n*9/100] = f
+	}
+	others := 0
+	p := newProxy(t, srv.url, func(n int, id string) fault {
+		if id == refused {
+			return reject
+		}
+		others++
+		return schedule[others-1]
+	})
+	b.config(t, fmt.Sprintf("url = %q\ntimeout = \"1s\"", "http://"+p.ln.Addr().String()+"/v1/reports"))
+	start := time.Now()
+	out, err := b.once(t, "--tries", "20", "--backoff", "20ms")
+	d := time.Since(start)
+	if err != nil {
+		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
+	}
+	rejected := b.want[refused]
+	delete(b.want, refused)
+	testutil.Received(t, rxDir, b.want)
+	if left := b.queued(t); left != 0 {
+		t.Fatalf("%d entries left", left)
+	}
+	q := b.quarantined(t)
+	if len(q) != 1 {
+		t.Fatalf("quarantined %v, want the refused report", q)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.dir, uploader.QuarantineDir, q[0])); !bytes.Equal(got, rejected) {
+		t.Fatal("the quarantined entry is not the refused report")
+	}
+	log := srv.Log()
+	if got := strings.Count(log, ": stored"); got != n-1 {
+		t.Fatalf("stored %d times, want %d", got, n-1)
+	}
+	// The replies lost after storing come back as duplicates.
+	if got := strings.Count(log, ": duplicate"); got != 2 {
+		t.Fatalf("%d duplicates, want 2 (the lost replies)", got)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	nf := 0
+	for f, k := range p.faults {
+		nf += k
+		t.Logf("%-16v %d", f, k)
+	}
+	if len(p.faults) != 6 || nf != 11 {
+		t.Fatalf("faults injected: %v", p.faults)
+	}
+	// Bounded: one request per report, one more per fault.
+	if len(p.seen) != n+10 {
+		t.Fatalf("%d requests for %d reports and 10 transient faults", len(p.seen), n)
+	}
+	// Retry-After: 1 was honoured although the backoff is 20 ms.
+	for _, n := range p.after[slowDown] {
+		if gap := p.seen[n].Sub(p.seen[n-1]); gap < time.Second {
+			t.Fatalf("request %d came %v after a 429 with Retry-After: 1", n, gap)
+		}
+	}
+	if len(p.after[slowDown]) != 2 {
+		t.Fatalf("no request after the 429s: %v", p.after)
+	}
+	t.Logf("%d reports, 11 faults, %d requests in %v", n, len(p.seen), d.Round(time.Millisecond))
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestNoHTTPBuild: -tags unwound_nohttp builds a serial-only uploader that
+// links no net/http (the board binary's size budget), and the default
+// build has it.
+func TestNoHTTPBuild(t *testing.T) {
+	for _, tc := range []struct {
+		tags string
+		http bool
+	}{{"unwound_nohttp", false}, {"", true}} {
+		out, err := exec.Command("go", "list", "-deps", "-tags", tc.tags, ".").CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -tags %q: %v\n%s", tc.tags, err, out)
+		}
+		deps := "\n" + string(out)
+		if got := strings.Contains(deps, "\nnet/http\n"); got != tc.http {
+			t.Errorf("-tags %q: net/http linked: %v, want %v", tc.tags, got, tc.http)
+		}
+		if !strings.Contains(deps, "\ngo.bug.st/serial\n") {
+			t.Errorf("-tags %q: no serial transport", tc.tags)
+		}
+	}
+	if testing.Short() {
+		return
+	}
+	if out, err := exec.Command("go", "build", "-tags", "unwound_nohttp", "-o", t.TempDir()+"/", ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags unwound_nohttp: %v\n%s", err, out)
+	}
+}
