@@ -46,6 +46,8 @@ type crash struct {
 
 	dropped map[string]int // crashes not reported since the previous report
 	policy  admit.Policy
+
+	fault fault // test builds only (tag unwoundfault): make the child die
 }
 
 func (c *crash) errorf(format string, args ...any) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/admit"
@@ -25,6 +24,9 @@ type KernelOptions struct {
 	Args       []string // the expanded PatternSpecifiers
 	Stdin      *os.File // the core pipe
 	Log        *Logger
+	// Self is the handler's own binary: when set and handler.supervise is
+	// on, the unwinding runs in a child of it (supervise.go).
+	Self string
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a
@@ -42,7 +44,9 @@ func RunKernel(o KernelOptions) int {
 	if cfgErr != nil {
 		lg.Errorf("%v", cfgErr)
 	}
-	debug.SetMemoryLimit(int64(cfg.Handler.MemoryLimitMiB) << 20)
+	if o.Self == "" || !cfg.Handler.Supervise {
+		limitMemory(cfg.Handler.MemoryLimitMiB)
+	}
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	// The last line of defence: whatever hangs, the handler goes away a
 	// little after its deadline, which ends the dump and frees the process.
@@ -64,8 +68,7 @@ func RunKernel(o KernelOptions) int {
 	// Admission, from argv alone, before any heavy work. Under a crash
 	// storm, a handler the OOM killer takes first is better than a service.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	pol := admit.Policy{Dir: cfg.RateLimit.StateDir, Count: cfg.RateLimit.Count, Window: cfg.RateLimit.Window.D(),
-		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
+	pol := admitPolicy(cfg)
 	exeKey := ka.Exe
 	if exeKey == "" {
 		exeKey = ka.Comm
@@ -94,7 +97,17 @@ func RunKernel(o KernelOptions) int {
 
 	c.dropped = ticket.Dropped
 	c.policy = pol
-	in, release, saved := c.openStdin(o.Stdin, deadline)
+	if o.Self != "" && cfg.Handler.Supervise {
+		return c.supervise(o, deadline)
+	}
+	return c.run(o.Stdin, nil, deadline)
+}
+
+// run reads the core (prefix, when set, holds its first bytes, already
+// read from the pipe by a supervising parent), unwinds and stores the
+// report.
+func (c *crash) run(stdin *os.File, prefix io.Reader, deadline time.Time) int {
+	in, release, saved := c.openStdin(stdin, prefix, deadline)
 	if saved != nil {
 		// Debug mode: the whole core goes to the file first, so the
 		// process is held until it is written.
@@ -111,28 +124,20 @@ func RunKernel(o KernelOptions) int {
 	return c.store(r)
 }
 
+func admitPolicy(cfg *config.Config) admit.Policy {
+	return admit.Policy{Dir: cfg.RateLimit.StateDir, Count: cfg.RateLimit.Count, Window: cfg.RateLimit.Window.D(),
+		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
+}
+
 // openStdin makes the pipe non-blocking (so reads honour a deadline) and,
-// with save_core_dir set, tees the core into a file there.
-func (c *crash) openStdin(f *os.File, deadline time.Time) (io.Reader, func(), *os.File) {
-	var in io.Reader = f
-	// A duplicate descriptor in non-blocking mode goes through Go's poller,
-	// so reads honour the deadline; the original is closed, the pipe stays
-	// open through the duplicate until release.
-	if fd, err := unix.Dup(int(f.Fd())); err == nil {
-		unix.CloseOnExec(fd)
-		if unix.SetNonblock(fd, true) == nil {
-			nf := os.NewFile(uintptr(fd), "stdin")
-			if nf.SetReadDeadline(deadline) == nil {
-				f.Close()
-				f, in = nf, nf
-			} else {
-				nf.Close()
-			}
-		} else {
-			unix.Close(fd)
-		}
+// with save_core_dir set, tees the core into a file there. prefix, when
+// not nil, is read before the pipe.
+func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
+	in := c.pipeReader(f, deadline)
+	if prefix != nil {
+		in = io.MultiReader(prefix, in)
 	}
-	c.stdin = f
+	f = c.stdin
 	released := false
 	release := func() {
 		if !released {
@@ -153,6 +158,31 @@ func (c *crash) openStdin(f *os.File, deadline time.Time) (io.Reader, func(), *o
 	}
 	c.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
 	return io.TeeReader(in, out), release, out
+}
+
+// pipeReader returns a reader of the pipe that honours deadline, and sets
+// c.stdin to the descriptor to close when the core is no longer needed.
+func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
+	var in io.Reader = f
+	// A duplicate descriptor in non-blocking mode goes through Go's poller,
+	// so reads honour the deadline; the original is closed, the pipe stays
+	// open through the duplicate until release.
+	if fd, err := unix.Dup(int(f.Fd())); err == nil {
+		unix.CloseOnExec(fd)
+		if unix.SetNonblock(fd, true) == nil {
+			nf := os.NewFile(uintptr(fd), "stdin")
+			if nf.SetReadDeadline(deadline) == nil {
+				f.Close()
+				f, in = nf, nf
+			} else {
+				nf.Close()
+			}
+		} else {
+			unix.Close(fd)
+		}
+	}
+	c.stdin = f
+	return in
 }
 
 // saveCore drains the rest of the core through the tee into the file.
@@ -181,6 +211,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.partial = true
 	}
 	c.core = core
+	c.fault.at("unwind")
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
 	if err != nil {
 		c.errorf("%v", err)

@@ -31,7 +31,9 @@ type OfflineOptions struct {
 	Stdin    io.Reader
 }
 
-// Offline builds the report for a core file.
+// Offline builds the report for a core file. A core that cannot be parsed
+// still gives a report, marked partial, saying why; the error is for a
+// file that cannot be opened.
 func Offline(o OfflineOptions) (*report.Report, error) {
 	cfg := o.Config
 	if cfg == nil {
@@ -44,9 +46,14 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		o.Sysroot = "/"
 	}
 	if o.CoreFile == "-" {
-		core, stream, err := coredump.ReadHeader(o.Stdin, coredump.DefaultLimits)
+		in := o.Stdin
+		if f, ok := in.(*os.File); ok {
+			in = c.pipeReader(f, deadline) // a stalled pipe ends at the deadline
+			defer c.stdin.Close()
+		}
+		core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
 		if core == nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		if err != nil {
 			c.errorf("reading the core: %v", err)
@@ -54,7 +61,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		c.core, c.mode = core, "stream"
 		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		stream.Deadline = deadline
 		mem, err := c.collectStream(stream)
@@ -75,7 +82,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		core, mem, err := coredump.OpenFile(f, st.Size(), coredump.DefaultLimits)
 		if core == nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		if err != nil {
 			c.errorf("reading the core: %v", err)
@@ -83,7 +90,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		c.core, c.mode, c.mem = core, "file", newPageCache(mem)
 		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 	}
 	if c.core.PRPSInfo != nil {
@@ -97,6 +104,17 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	c.addVDSO(vdsoSize(c.core))
 	c.unwindThreads(deadline)
 	return c.report(), nil
+}
+
+// unreadable is the report of a core that cannot be used: what went wrong,
+// marked partial, like kernel mode's.
+func (c *crash) unreadable(err error) *report.Report {
+	c.errorf("reading the core: %v", err)
+	r := c.minimalReport()
+	if c.core != nil && c.core.PRPSInfo != nil {
+		r.Comm, r.PID = c.core.PRPSInfo.Fname, c.core.PRPSInfo.PID
+	}
+	return r
 }
 
 // offlineModules finds the modules from NT_FILE under the sysroot, or,

@@ -24,6 +24,13 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == handler.ChildFlag {
+		// The supervised child (handler/supervise.go): not a user command.
+		return handler.RunChild(handler.ChildOptions{
+			Args: os.Args[2:], Stdin: os.Stdin, Log: handler.NewKmsgLogger(),
+			Handoff: os.NewFile(3, "handoff"), Status: os.NewFile(4, "status"),
+		})
+	}
 	fs := flag.NewFlagSet("unwound-handler", flag.ContinueOnError)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	pattern := fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit")
@@ -66,7 +73,14 @@ func run() int {
 		fs.Usage()
 		return 2
 	}
+	// The child is this very binary, through /proc/self/exe: a package
+	// upgrade replacing the file mid-crash does not mix versions.
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		self, _ = os.Executable()
+	}
 	return handler.RunKernel(handler.KernelOptions{
+		Self:       self,
 		ConfigPath: *cfgPath,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,

@@ -57,6 +57,9 @@ type Handler struct {
 	IncludeCmdline bool     `toml:"include_cmdline"`
 	HonorRlimit    bool     `toml:"honor_rlimit_core"`
 	SaveCoreDir    string   `toml:"save_core_dir"`
+	// Supervise runs the unwinding in a child process, so that a fatal
+	// error in it still leaves a registers-only report.
+	Supervise bool `toml:"supervise"`
 }
 
 // Queue is the report queue on flash.
@@ -111,6 +114,7 @@ func Default() *Config {
 			StackWindowKiB: 256,
 			MemoryLimitMiB: 32,
 			Live:           true,
+			Supervise:      true,
 		},
 		Queue: Queue{
 			Dir:         "/var/lib/unwound/queue",

@@ -1,0 +1,167 @@
+package handler
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+// childRun is one run of the handler binary as the kernel would start it.
+type childRun struct {
+	reports []*report.Report
+	rc      int
+	elapsed time.Duration
+	maxRSS  int64 // KiB, the handler and its children
+	log     string
+}
+
+// A pid that is not the crashed process: /proc gives nothing, so memory
+// comes from the core stream.
+var noProcArgs = []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!victim", "victim"}
+
+// runHandler runs bin in kernel mode on core (fed through a pipe; with
+// hold, the pipe is kept open after the core, as a stalled kernel would)
+// and returns what landed in the queue.
+func runHandler(t *testing.T, bin string, core []byte, hold bool, cfgExtra string, env ...string) childRun {
+	t.Helper()
+	dir := t.TempDir()
+	qdir := filepath.Join(dir, "q")
+	os.Mkdir(qdir, 0o700)
+	cfg := filepath.Join(dir, "u.toml")
+	text := "[handler]\ndeadline = \"2s\"\n" + cfgExtra + "\n[queue]\ndir = \"" + qdir + "\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \"" + filepath.Join(dir, "run") + "\"\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"--config", cfg}, noProcArgs...)...)
+	cmd.Env = env
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = pr
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	go func() {
+		pw.Write(core) // fails with EPIPE once the handler lets go
+		if !hold {
+			pw.Close()
+		}
+	}()
+	err = cmd.Wait()
+	pw.Close()
+	run := childRun{elapsed: time.Since(start), log: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		run.rc = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		run.maxRSS = int64(ru.Maxrss)
+	}
+	q, err := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, _ := q.List()
+	for _, e := range es {
+		z, _ := q.Read(e.Name)
+		r, err := report.Decode(z)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name, err)
+		}
+		run.reports = append(run.reports, r)
+	}
+	return run
+}
+
+// When the unwinding child dies of what Go cannot recover from, or hangs,
+// the supervising parent still queues a report: the signal, the
+// executable, each thread's PC and link register, and why.
+func TestSupervisedChildDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the handler")
+	}
+	bin := handlerBinary(t, "unwoundfault")
+	core := stackCore()
+	for _, tc := range []struct{ fault, why string }{
+		{"panic", "panic: unwoundfault"},
+		{"oom", "out of memory"},
+		{"stack", "fatal error: stack overflow"},
+		{"maps", "fatal error: concurrent map"},
+		{"hang", "overran the deadline"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			run := runHandler(t, bin, core.bytes(), false, "", "UNWOUND_FAULT="+tc.fault)
+			if run.rc != 0 || len(run.reports) != 1 {
+				t.Fatalf("exit %d, %d reports; stderr:\n%s", run.rc, len(run.reports), run.log)
+			}
+			if run.elapsed > 2*time.Second+childGrace+time.Second {
+				t.Errorf("took %v, deadline 2s", run.elapsed)
+			}
+			r := run.reports[0]
+			errs := strings.Join(r.Errors, "; ")
+			if !r.Partial || r.Handler.Mode != "registers" || !strings.Contains(errs, tc.why) {
+				t.Errorf("partial %v mode %q errors %q, want one with %q", r.Partial, r.Handler.Mode, errs, tc.why)
+			}
+			checkRegistersReport(t, r, core)
+			t.Logf("%v, max RSS %d KiB: %s", run.elapsed.Round(time.Millisecond), run.maxRSS, errs)
+		})
+	}
+}
+
+func checkRegistersReport(t *testing.T, r *report.Report, core *synthCore) {
+	t.Helper()
+	if r.Signal.Name != "SIGSEGV" || r.PID != 999999999 || r.Exe != "/usr/bin/victim" || r.Comm != "victim" {
+		t.Errorf("signal %q pid %d exe %q comm %q", r.Signal.Name, r.PID, r.Exe, r.Comm)
+	}
+	if r.Signal.FaultAddr == nil || *r.Signal.FaultAddr != report.Hex(core.addr) {
+		t.Errorf("fault address %v", r.Signal.FaultAddr)
+	}
+	if len(r.Threads) != len(core.threads) {
+		t.Fatalf("%d threads, want %d", len(r.Threads), len(core.threads))
+	}
+	for i, th := range r.Threads {
+		want := core.threads[i]
+		if th.TID != want.tid || len(th.Frames) != 2 ||
+			th.Frames[0].PC != report.Hex(want.pc) || th.Frames[0].Method != "context" ||
+			th.Frames[1].PC != report.Hex(want.lr) || th.Frames[1].Method != "lr" {
+			b, _ := json.Marshal(th)
+			t.Errorf("thread %d: %s", i, b)
+		}
+		if th.Frames[0].Module < 0 || r.Modules[th.Frames[0].Module].Path != "/usr/bin/victim" {
+			t.Errorf("thread %d: frame 0 not placed in the executable: %+v %+v", i, th.Frames[0], r.Modules)
+		}
+	}
+}
+
+// With supervision on and a healthy child, the child's full report is the
+// one queued, and only it.
+func TestSupervisedChildReports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the handler")
+	}
+	for _, sup := range []string{"true", "false"} {
+		run := runHandler(t, handlerBinary(t, ""), stackCore().bytes(), false, "supervise = "+sup)
+		if run.rc != 0 || len(run.reports) != 1 {
+			t.Fatalf("supervise=%s: exit %d, %d reports; stderr:\n%s", sup, run.rc, len(run.reports), run.log)
+		}
+		r := run.reports[0]
+		if r.Handler.Mode != "stream" || len(r.Threads) != 2 {
+			t.Errorf("supervise=%s: mode %q, %d threads, errors %q", sup, r.Handler.Mode, len(r.Threads), r.Errors)
+		}
+	}
+}
