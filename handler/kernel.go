@@ -223,6 +223,8 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.tid = core.Threads[0].TID
 	}
 
+	module.SetIODeadline(deadline)
+	otherMountNS := c.pid > 0 && namespaceDiffers(c.pid, "mnt")
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
@@ -236,7 +238,14 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		release() // the stacks are in hand: let the kernel finish
 		c.mem = mem
 		c.mods = module.Group(fileMaps(core))
-		c.sources = append(module.ProcSources(c.pid), module.SysrootSource("/", nil))
+		c.sources = module.ProcSources(c.pid)
+		if !otherMountNS {
+			// /proc/<pid> unusable (the process is gone): its files are
+			// taken from the handler's own root, unless it was seen in
+			// another mount namespace (a container), whose files at the
+			// same paths are other files.
+			c.sources = append(c.sources, module.SysrootSource("/", nil))
+		}
 		c.addVDSO(vdsoSize(core))
 		c.unwindThreads(deadline)
 	}
@@ -272,11 +281,11 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	c.mods = module.Group(maps)
 	// Open every module's file now, while map_files resolves; read them
 	// only when a PC falls in them.
-	pre := map[*module.Module]*os.File{}
+	pre := map[*module.Module]io.ReaderAt{}
 	for _, m := range c.mods {
 		for _, src := range module.ProcSources(c.pid) {
 			if r, cl, err := src(m); err == nil {
-				pre[m] = r.(*os.File)
+				pre[m] = r
 				c.closers = append(c.closers, cl)
 				break
 			}
@@ -309,6 +318,15 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	// snapshot: their stack windows, no longer the whole stacks.
 	c.unwindThreads(deadline)
 	return nil
+}
+
+// namespaceDiffers reports whether process pid is known to be in another
+// namespace of the kind (mnt, pid) than the handler: false when it cannot
+// tell.
+func namespaceDiffers(pid int, kind string) bool {
+	theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind))
+	ours, err2 := os.Readlink("/proc/self/ns/" + kind)
+	return err1 == nil && err2 == nil && theirs != ours
 }
 
 func vdsoBase(core *coredump.Core) uint64 {

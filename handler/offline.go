@@ -41,6 +41,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	}
 	start := time.Now()
 	deadline := start.Add(cfg.Handler.Deadline.D())
+	module.SetIODeadline(deadline)
 	c := &crash{cfg: cfg, log: o.Log, start: start, names: map[int]string{}}
 	if o.Sysroot == "" {
 		o.Sysroot = "/"
