@@ -85,10 +85,11 @@ func (c *crash) threads() []coredump.Thread {
 	return c.core.Threads
 }
 
-// unwindThreads walks every thread not walked yet, until deadline. Threads
-// whose walk hit the deadline are forgotten, so a later call (with a later
-// deadline, from a snapshot) can walk them again.
-func (c *crash) unwindThreads(deadline time.Time) {
+// unwindThreads walks every thread not walked yet, until deadline. Unless
+// final, threads whose walk hit the deadline are forgotten, so a later
+// call (with a later deadline, from a snapshot) can walk them again; the
+// final call keeps what such a walk found.
+func (c *crash) unwindThreads(deadline time.Time, final bool) {
 	if c.results == nil {
 		c.results = map[int]unwind.Result{}
 	}
@@ -117,6 +118,10 @@ func (c *crash) unwindThreads(deadline time.Time) {
 			Deadline:  deadline,
 		})
 		if r.Stop == unwind.StopDeadline {
+			if final {
+				c.results[t.TID] = r
+				c.partial = true
+			}
 			return
 		}
 		c.results[t.TID] = r

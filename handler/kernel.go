@@ -44,9 +44,7 @@ func RunKernel(o KernelOptions) int {
 	if cfgErr != nil {
 		lg.Errorf("%v", cfgErr)
 	}
-	if o.Self == "" || !cfg.Handler.Supervise {
-		limitMemory(cfg.Handler.MemoryLimitMiB)
-	}
+	limitMemory(cfg.Handler.MemoryLimitMiB, false)
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	// The last line of defence: whatever hangs, the handler goes away a
 	// little after its deadline, which ends the dump and frees the process.
@@ -230,10 +228,9 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.mode = "stream"
 		mem, err := c.collectStream(stream)
 		if err != nil {
+			// Stacks cut short or missing: what is unwound may stop early.
 			c.errorf("core stream: %v", err)
-			if errors.Is(err, coredump.ErrDeadline) {
-				c.partial = true
-			}
+			c.partial = true
 		}
 		release() // the stacks are in hand: let the kernel finish
 		c.mem = mem
@@ -247,7 +244,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 			c.sources = append(c.sources, module.SysrootSource("/", nil))
 		}
 		c.addVDSO(vdsoSize(core))
-		c.unwindThreads(deadline)
+		c.unwindThreads(deadline, true)
 	}
 	return c.report()
 }
@@ -311,12 +308,12 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if freeze.After(deadline) {
 		freeze = deadline
 	}
-	c.unwindThreads(freeze)
+	c.unwindThreads(freeze, false)
 	sm.released.Store(true)
 	release()
 	// Threads the freeze budget cut short are walked again from the
 	// snapshot: their stack windows, no longer the whole stacks.
-	c.unwindThreads(deadline)
+	c.unwindThreads(deadline, true)
 	return nil
 }
 

@@ -97,13 +97,16 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	if c.core.PRPSInfo != nil {
 		c.pid = c.core.PRPSInfo.PID
 	}
+	if len(c.core.Threads) == 0 {
+		return c.unreadable(errors.New("no thread in the core")), nil
+	}
 	c.tid = c.core.Threads[0].TID
 	if err := c.offlineModules(o); err != nil {
 		c.errorf("%v", err)
 	}
 	defer c.close()
 	c.addVDSO(vdsoSize(c.core))
-	c.unwindThreads(deadline)
+	c.unwindThreads(deadline, true)
 	return c.report(), nil
 }
 

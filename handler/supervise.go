@@ -50,15 +50,18 @@ type handover struct {
 	Dropped map[string]int `json:"dropped,omitempty"`
 }
 
-// recorder keeps every byte read through it.
+// recorder keeps every byte read through it, in the chunks read (no
+// doubling buffer: the notes of a big process are megabytes).
 type recorder struct {
-	r   io.Reader
-	buf bytes.Buffer
+	r      io.Reader
+	chunks [][]byte
 }
 
 func (r *recorder) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
-	r.buf.Write(p[:n])
+	if n > 0 {
+		r.chunks = append(r.chunks, bytes.Clone(p[:n]))
+	}
 	return n, err
 }
 
@@ -76,7 +79,7 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	c.core = core
 	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
 
-	why := c.runChild(o, rec.buf.Bytes(), deadline)
+	why := c.runChild(o, rec.chunks, deadline)
 	if why == "" {
 		return 0
 	}
@@ -90,7 +93,7 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 
 // runChild starts the child on the pipe and waits for it. It returns ""
 // when the child stored its report, else why it did not.
-func (c *crash) runChild(o KernelOptions, prefix []byte, deadline time.Time) string {
+func (c *crash) runChild(o KernelOptions, prefix [][]byte, deadline time.Time) string {
 	defer func() {
 		// The pipe is the child's now: the parent's copy must not keep
 		// the dump (and the crashed process) alive.
@@ -127,7 +130,11 @@ func (c *crash) runChild(o KernelOptions, prefix []byte, deadline time.Time) str
 	go func() {
 		h, _ := json.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
 		handW.Write(append(h, '\n'))
-		handW.Write(prefix)
+		for _, b := range prefix {
+			if _, err := handW.Write(b); err != nil {
+				break
+			}
+		}
 		handW.Close()
 	}()
 	done := make(chan error, 1)
@@ -319,7 +326,7 @@ func RunChild(o ChildOptions) int {
 	}
 	start := time.Unix(0, h.StartNS)
 	cfg, cfgErr := config.LoadOrDefault(o.Args[0])
-	limitMemory(cfg.Handler.MemoryLimitMiB)
+	limitMemory(cfg.Handler.MemoryLimitMiB, true)
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
 		lg.Errorf("hard deadline passed, exiting without a report")
@@ -342,16 +349,20 @@ func RunChild(o ChildOptions) int {
 	return rc
 }
 
-// limitMemory bounds the child: the Go memory limit (soft: the collector
-// works harder), and a hard cap on its data segment at four times that
-// above what the runtime holds at start, so a runaway allocation ends in
-// the runtime's "out of memory" (which the parent reports) rather than in
-// the board's OOM killer choosing a victim.
-func limitMemory(mib int) {
+// limitMemory bounds the handler: the Go memory limit (soft: the
+// collector works harder) and, with hard (the supervised child), a cap on
+// its data segment at four times that above what the runtime holds at
+// start, so a runaway allocation ends in the runtime's "out of memory"
+// (which the parent reports) rather than in the board's OOM killer
+// choosing a victim.
+func limitMemory(mib int, hard bool) {
 	debug.SetMemoryLimit(int64(mib) << 20)
 	// Unbounded recursion dies at 16 MiB of stack instead of 1 GiB: the
 	// parsers do not recurse, the deepest real stack is a few KiB.
 	debug.SetMaxStack(16 << 20)
+	if !hard {
+		return
+	}
 	if data := vmData(); data > 0 {
 		lim := uint64(data) + uint64(4*mib)<<20
 		_ = unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim})
