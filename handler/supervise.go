@@ -68,9 +68,17 @@ func (r *recorder) Read(p []byte) (int, error) {
 // supervise reads the headers and notes, runs the unwinding in a child,
 // and writes the minimal report if the child does not write the full one.
 func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
-	rec := &recorder{r: c.pipeReader(o.Stdin, deadline)}
+	in := c.pipeReader(o.Stdin, deadline)
+	// The child starts now: its runtime comes up while the headers
+	// stream in. It waits for the hand-over before it reads the pipe.
+	ch, startErr := c.startChild(o)
+	rec := &recorder{r: in}
 	core, _, err := coredump.ReadHeader(rec, coredump.DefaultLimits)
 	if core == nil {
+		if ch != nil {
+			ch.cmd.Process.Kill()
+			ch.wait(deadline)
+		}
 		c.stdin.Close()
 		c.frozen = time.Since(c.start)
 		c.errorf("reading the core: %v", err)
@@ -79,7 +87,17 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	c.core = core
 	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
 
-	why := c.runChild(o, rec.chunks, deadline)
+	why := startErr
+	if ch != nil {
+		ch.handOver(c, rec.chunks)
+		// The pipe is the child's now: the parent's copy must not keep
+		// the dump (and the crashed process) alive.
+		c.stdin.Close()
+		why = ch.wait(deadline)
+	} else {
+		c.stdin.Close()
+	}
+	c.frozen = time.Since(c.start)
 	if why == "" {
 		return 0
 	}
@@ -91,71 +109,83 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	return c.store(c.registersReport())
 }
 
-// runChild starts the child on the pipe and waits for it. It returns ""
-// when the child stored its report, else why it did not.
-func (c *crash) runChild(o KernelOptions, prefix [][]byte, deadline time.Time) string {
-	defer func() {
-		// The pipe is the child's now: the parent's copy must not keep
-		// the dump (and the crashed process) alive.
-		if c.stdin != nil {
-			c.stdin.Close()
-		}
-	}()
+// child is the running unwinding child.
+type child struct {
+	cmd     *exec.Cmd
+	handW   *os.File // fd 3's other end
+	statusR *os.File // fd 4's other end
+	stderr  *headWriter
+	done    chan error
+}
+
+// startChild starts the child on the pipe; it returns why not on failure.
+func (c *crash) startChild(o KernelOptions) (*child, string) {
 	hand, handW, err := os.Pipe()
 	if err != nil {
-		return fmt.Sprintf("supervisor: %v", err)
+		return nil, fmt.Sprintf("supervisor: %v", err)
 	}
 	statusR, status, err := os.Pipe()
 	if err != nil {
 		hand.Close()
 		handW.Close()
-		return fmt.Sprintf("supervisor: %v", err)
+		return nil, fmt.Sprintf("supervisor: %v", err)
 	}
-	defer statusR.Close()
-	cmd := exec.Command(o.Self, append([]string{ChildFlag, o.ConfigPath}, o.Args...)...)
-	cmd.Stdin = c.stdin
-	cmd.ExtraFiles = []*os.File{hand, status}
-	stderr := &headWriter{max: 8 << 10}
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
+	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan error, 1)}
+	ch.cmd = exec.Command(o.Self, append([]string{ChildFlag, o.ConfigPath}, o.Args...)...)
+	ch.cmd.Stdin = c.stdin
+	ch.cmd.ExtraFiles = []*os.File{hand, status}
+	ch.cmd.Stderr = ch.stderr
+	ch.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = ch.cmd.Start()
 	hand.Close()
 	status.Close()
 	if err != nil {
 		handW.Close()
-		return fmt.Sprintf("cannot start the unwinding child: %v", err)
+		statusR.Close()
+		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)
 	}
-	c.stdin.Close()
-	c.stdin = nil
+	go func() { ch.done <- ch.cmd.Wait() }()
+	return ch, ""
+}
+
+// handOver gives the child the parent's start time, the drop counts and
+// the core bytes read so far.
+func (ch *child) handOver(c *crash, prefix [][]byte) {
 	go func() {
 		h, _ := json.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
-		handW.Write(append(h, '\n'))
+		ch.handW.Write(append(h, '\n'))
 		for _, b := range prefix {
-			if _, err := handW.Write(b); err != nil {
+			if _, err := ch.handW.Write(b); err != nil {
 				break
 			}
 		}
-		handW.Close()
+		ch.handW.Close()
 	}()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+}
+
+// wait waits for the child, killing it a little after the deadline. It
+// returns "" when the child stored its report, else why it did not.
+func (ch *child) wait(deadline time.Time) string {
+	defer ch.statusR.Close()
+	var err error
 	var killed bool
 	timer := time.NewTimer(time.Until(deadline) + childGrace)
 	defer timer.Stop()
 	select {
-	case err = <-done:
+	case err = <-ch.done:
 	case <-timer.C:
 		killed = true
-		cmd.Process.Kill()
-		err = <-done
+		ch.cmd.Process.Kill()
+		err = <-ch.done
 	}
+	ch.handW.Close()
 	var st [8]byte
-	n, _ := io.ReadFull(statusR, st[:])
+	n, _ := io.ReadFull(ch.statusR, st[:])
 	if string(st[:n]) == "stored\n" {
 		return ""
 	}
 	if killed {
-		return fmt.Sprintf("the unwinding child overran the deadline (%v) and was killed", c.cfg.Handler.Deadline.D())
+		return "the unwinding child overran the deadline and was killed"
 	}
 	why := "the unwinding child exited without a report"
 	var ee *exec.ExitError
@@ -168,7 +198,7 @@ func (c *crash) runChild(o KernelOptions, prefix [][]byte, deadline time.Time) s
 	} else if err != nil {
 		why = fmt.Sprintf("the unwinding child: %v", err)
 	}
-	if line := fatalLine(stderr.Bytes()); line != "" {
+	if line := fatalLine(ch.stderr.Bytes()); line != "" {
 		why += ": " + line
 	}
 	return why
