@@ -47,6 +47,10 @@ type crash struct {
 	dropped map[string]int // crashes not reported since the previous report
 	policy  admit.Policy
 
+	// Dump mode 0 or 2 (handler.dump_mode_policy): never the command
+	// line; with "registers", nothing but the notes.
+	noCmdline, registersOnly bool
+
 	fault fault // test builds only (tag unwoundfault): make the child die
 }
 

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -222,9 +221,6 @@ func runOffline(t *testing.T, bin string, core []byte, stdin, hold bool) childRu
 		run.rc = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
-	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		run.maxRSS = int64(ru.Maxrss)
 	}
 	var r report.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err == nil {

@@ -63,10 +63,23 @@ func RunKernel(o KernelOptions) int {
 		o.Stdin.Close()
 		return 0
 	}
+	pol := admitPolicy(cfg)
+	// A process that changed credentials (setuid, a daemon dropping root)
+	// is dumped with %d = 2 only under fs.suid_dumpable = 2; 0 is never
+	// piped by current kernels. Their memory may hold another user's
+	// secrets: handler.dump_mode_policy decides (configs/unwound.toml).
+	privileged := len(o.Args) > 4 && ka.Dumpable != 1
+	if privileged && cfg.Handler.DumpModePolicy == "drop" {
+		lg.Infof("pid %d (%s): dump mode %d, not reporting (handler.dump_mode_policy)", ka.PID, ka.Comm, ka.Dumpable)
+		o.Stdin.Close()
+		if os.MkdirAll(pol.Dir, 0o700) == nil {
+			admit.Drop(pol, "dump_mode")
+		}
+		return 0
+	}
 	// Admission, from argv alone, before any heavy work. Under a crash
 	// storm, a handler the OOM killer takes first is better than a service.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	pol := admitPolicy(cfg)
 	exeKey := ka.Exe
 	if exeKey == "" {
 		exeKey = ka.Comm
@@ -95,6 +108,15 @@ func RunKernel(o KernelOptions) int {
 
 	c.dropped = ticket.Dropped
 	c.policy = pol
+	if privileged {
+		c.noCmdline = true
+		if cfg.Handler.DumpModePolicy == "registers" {
+			// Notes only: no memory of the process, none of its files.
+			c.registersOnly = true
+			c.errs = append(c.errs, fmt.Sprintf("dump mode %d: registers only (handler.dump_mode_policy)", ka.Dumpable))
+			return c.run(o.Stdin, nil, deadline)
+		}
+	}
 	if o.Self != "" && cfg.Handler.Supervise {
 		return c.supervise(o, deadline)
 	}
@@ -209,8 +231,13 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.partial = true
 	}
 	c.core = core
-	c.fault.at("unwind")
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	if c.registersOnly {
+		release()
+		c.frozen = time.Since(c.start)
+		return c.registersReport()
+	}
+	c.fault.at("unwind")
 	if err != nil {
 		c.errorf("%v", err)
 		c.partial = true
@@ -301,7 +328,7 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
 		c.exe = exe
 	}
-	if c.cfg.Handler.IncludeCmdline {
+	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
 		c.cmdline = procCmdline(c.pid)
 	}
 	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())

@@ -42,7 +42,7 @@ const ChildFlag = "--unwind-child"
 
 // childGrace is how long after the deadline a child is given before it is
 // killed; its own hard deadline (deadline + 2 s) comes later.
-const childGrace = time.Second
+const childGrace = 500 * time.Millisecond
 
 // handover is the state a parent passes to its child before the core bytes.
 type handover struct {
@@ -387,9 +387,10 @@ func RunChild(o ChildOptions) int {
 // choosing a victim.
 func limitMemory(mib int, hard bool) {
 	debug.SetMemoryLimit(int64(mib) << 20)
-	// Unbounded recursion dies at 16 MiB of stack instead of 1 GiB: the
-	// parsers do not recurse, the deepest real stack is a few KiB.
-	debug.SetMaxStack(16 << 20)
+	// Unbounded recursion dies at 4 MiB of stack instead of 1 GiB, well
+	// below the memory limit (near it the collector would thrash until
+	// the deadline): the parsers do not recurse, real stacks are KiBs.
+	debug.SetMaxStack(4 << 20)
 	if !hard {
 		return
 	}

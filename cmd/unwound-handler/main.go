@@ -23,11 +23,21 @@ func main() {
 	os.Exit(run())
 }
 
+// kernelLogger is /dev/kmsg (fds 1 and 2 are closed under core_pattern),
+// or stderr when UNWOUND_LOG_STDERR is set (tests: the kernel passes no
+// environment).
+func kernelLogger() *handler.Logger {
+	if os.Getenv("UNWOUND_LOG_STDERR") != "" {
+		return handler.NewLogger(os.Stderr)
+	}
+	return handler.NewKmsgLogger()
+}
+
 func run() int {
 	if len(os.Args) > 1 && os.Args[1] == handler.ChildFlag {
 		// The supervised child (handler/supervise.go): not a user command.
 		return handler.RunChild(handler.ChildOptions{
-			Args: os.Args[2:], Stdin: os.Stdin, Log: handler.NewKmsgLogger(),
+			Args: os.Args[2:], Stdin: os.Stdin, Log: kernelLogger(),
 			Handoff: os.NewFile(3, "handoff"), Status: os.NewFile(4, "status"),
 		})
 	}
@@ -84,7 +94,7 @@ func run() int {
 		ConfigPath: *cfgPath,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,
-		Log:        handler.NewKmsgLogger(),
+		Log:        kernelLogger(),
 	})
 }
 
