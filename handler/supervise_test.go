@@ -165,7 +165,29 @@ func TestSupervisedChildReports(t *testing.T) {
 		t.Skip("builds the handler")
 	}
 	for _, sup := range []string{"true", "false"} {
-		run := runHandler(t, handlerBinary(t, ""), stackCore().bytes(), false, "supervise = "+sup)
+		h := newHandlerEnv(t, "supervise = "+sup)
+		run := h.run(t, handlerBinary(t, ""), stackCore().bytes(), noProcArgs, false)
+		// The handler writes the queue (entries and lock 0600) and its
+		// volatile state directory (0700), nothing else.
+		des, _ := os.ReadDir(h.qdir)
+		for _, de := range des {
+			if fi, err := de.Info(); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("supervise=%s: queue file %s mode %v", sup, de.Name(), fi.Mode())
+			}
+		}
+		all, _ := os.ReadDir(filepath.Dir(h.qdir))
+		for _, de := range all {
+			fi, _ := de.Info()
+			switch de.Name() {
+			case "q", "u.toml":
+			case "run":
+				if fi.Mode().Perm() != 0o700 {
+					t.Errorf("state dir mode %v", fi.Mode())
+				}
+			default:
+				t.Errorf("supervise=%s: the handler wrote %s", sup, de.Name())
+			}
+		}
 		if run.rc != 0 || len(run.reports) != 1 {
 			t.Fatalf("supervise=%s: exit %d, %d reports; stderr:\n%s", sup, run.rc, len(run.reports), run.log)
 		}
