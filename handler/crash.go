@@ -46,6 +46,13 @@ type crash struct {
 
 	dropped map[string]int // crashes not reported since the previous report
 	policy  admit.Policy
+	drift   func() // logs drift of the kernel's crash settings (kernel mode)
+
+	// Dump mode 0 or 2 (handler.dump_mode_policy): never the command
+	// line; with "registers", nothing but the notes.
+	noCmdline, registersOnly bool
+
+	fault fault // test builds only (tag unwoundfault): make the child die
 }
 
 func (c *crash) errorf(format string, args ...any) {
@@ -83,10 +90,11 @@ func (c *crash) threads() []coredump.Thread {
 	return c.core.Threads
 }
 
-// unwindThreads walks every thread not walked yet, until deadline. Threads
-// whose walk hit the deadline are forgotten, so a later call (with a later
-// deadline, from a snapshot) can walk them again.
-func (c *crash) unwindThreads(deadline time.Time) {
+// unwindThreads walks every thread not walked yet, until deadline. Unless
+// final, threads whose walk hit the deadline are forgotten, so a later
+// call (with a later deadline, from a snapshot) can walk them again; the
+// final call keeps what such a walk found.
+func (c *crash) unwindThreads(deadline time.Time, final bool) {
 	if c.results == nil {
 		c.results = map[int]unwind.Result{}
 	}
@@ -115,6 +123,10 @@ func (c *crash) unwindThreads(deadline time.Time) {
 			Deadline:  deadline,
 		})
 		if r.Stop == unwind.StopDeadline {
+			if final {
+				c.results[t.TID] = r
+				c.partial = true
+			}
 			return
 		}
 		c.results[t.TID] = r

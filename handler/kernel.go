@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/admit"
@@ -29,6 +28,9 @@ type KernelOptions struct {
 	// ProcSys is where the kernel's crash settings are checked for drift
 	// (default /proc/sys).
 	ProcSys string
+	// Self is the handler's own binary: when set and handler.supervise is
+	// on, the unwinding runs in a child of it (supervise.go).
+	Self string
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a
@@ -46,7 +48,7 @@ func RunKernel(o KernelOptions) int {
 	if cfgErr != nil {
 		lg.Errorf("%v", cfgErr)
 	}
-	debug.SetMemoryLimit(int64(cfg.Handler.MemoryLimitMiB) << 20)
+	limitMemory(cfg.Handler.MemoryLimitMiB, false)
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	// The last line of defence: whatever hangs, the handler goes away a
 	// little after its deadline, which ends the dump and frees the process.
@@ -65,11 +67,23 @@ func RunKernel(o KernelOptions) int {
 		o.Stdin.Close()
 		return 0
 	}
+	pol := admitPolicy(cfg)
+	// A process that changed credentials (setuid, a daemon dropping root)
+	// is dumped with %d = 2 only under fs.suid_dumpable = 2; 0 is never
+	// piped by current kernels. Their memory may hold another user's
+	// secrets: handler.dump_mode_policy decides (configs/unwound.toml).
+	privileged := len(o.Args) > 4 && ka.Dumpable != 1
+	if privileged && cfg.Handler.DumpModePolicy == "drop" {
+		lg.Infof("pid %d (%s): dump mode %d, not reporting (handler.dump_mode_policy)", ka.PID, ka.Comm, ka.Dumpable)
+		o.Stdin.Close()
+		if os.MkdirAll(pol.Dir, 0o700) == nil {
+			admit.Drop(pol, "dump_mode")
+		}
+		return 0
+	}
 	// Admission, from argv alone, before any heavy work. Under a crash
 	// storm, a handler the OOM killer takes first is better than a service.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	pol := admit.Policy{Dir: cfg.RateLimit.StateDir, Count: cfg.RateLimit.Count, Window: cfg.RateLimit.Window.D(),
-		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
 	exeKey := ka.Exe
 	if exeKey == "" {
 		exeKey = ka.Comm
@@ -89,6 +103,7 @@ func RunKernel(o KernelOptions) int {
 
 	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
 		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}}
+	c.drift = func() { LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent) }
 	if cfgErr != nil {
 		c.errs = append(c.errs, cfgErr.Error())
 	}
@@ -98,7 +113,26 @@ func RunKernel(o KernelOptions) int {
 
 	c.dropped = ticket.Dropped
 	c.policy = pol
-	in, release, saved := c.openStdin(o.Stdin, deadline)
+	if privileged {
+		c.noCmdline = true
+		if cfg.Handler.DumpModePolicy == "registers" {
+			// Notes only: no memory of the process, none of its files.
+			c.registersOnly = true
+			c.errs = append(c.errs, fmt.Sprintf("dump mode %d: registers only (handler.dump_mode_policy)", ka.Dumpable))
+			return c.run(o.Stdin, nil, deadline)
+		}
+	}
+	if o.Self != "" && cfg.Handler.Supervise {
+		return c.supervise(o, deadline)
+	}
+	return c.run(o.Stdin, nil, deadline)
+}
+
+// run reads the core (prefix, when set, holds its first bytes, already
+// read from the pipe by a supervising parent), unwinds and stores the
+// report.
+func (c *crash) run(stdin *os.File, prefix io.Reader, deadline time.Time) int {
+	in, release, saved := c.openStdin(stdin, prefix, deadline)
 	if saved != nil {
 		// Debug mode: the whole core goes to the file first, so the
 		// process is held until it is written.
@@ -107,15 +141,23 @@ func RunKernel(o KernelOptions) int {
 		release()
 		r.Handler.FrozenMS = c.frozen.Milliseconds()
 		c.close()
-		LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent)
+		c.logDrift()
 		return c.store(r)
 	}
 	r := c.handle(in, release, deadline)
 	release()
 	c.close()
 	// Once the process is released: a few small reads, never on its time.
-	LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent)
+	c.logDrift()
 	return c.store(r)
+}
+
+// logDrift logs drift of the kernel's crash settings, when RunKernel asked
+// for it: after the crashed process is released, never on its time.
+func (c *crash) logDrift() {
+	if c.drift != nil {
+		c.drift()
+	}
 }
 
 // LogDrift logs, one warning each, how the kernel's crash settings differ
@@ -145,28 +187,20 @@ func Drift(procSys, handlerExe, configPath string, maxConcurrent int) []string {
 	return sysctl.Drift(sysctl.Read(procSys), want)
 }
 
+func admitPolicy(cfg *config.Config) admit.Policy {
+	return admit.Policy{Dir: cfg.RateLimit.StateDir, Count: cfg.RateLimit.Count, Window: cfg.RateLimit.Window.D(),
+		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
+}
+
 // openStdin makes the pipe non-blocking (so reads honour a deadline) and,
-// with save_core_dir set, tees the core into a file there.
-func (c *crash) openStdin(f *os.File, deadline time.Time) (io.Reader, func(), *os.File) {
-	var in io.Reader = f
-	// A duplicate descriptor in non-blocking mode goes through Go's poller,
-	// so reads honour the deadline; the original is closed, the pipe stays
-	// open through the duplicate until release.
-	if fd, err := unix.Dup(int(f.Fd())); err == nil {
-		unix.CloseOnExec(fd)
-		if unix.SetNonblock(fd, true) == nil {
-			nf := os.NewFile(uintptr(fd), "stdin")
-			if nf.SetReadDeadline(deadline) == nil {
-				f.Close()
-				f, in = nf, nf
-			} else {
-				nf.Close()
-			}
-		} else {
-			unix.Close(fd)
-		}
+// with save_core_dir set, tees the core into a file there. prefix, when
+// not nil, is read before the pipe.
+func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
+	in := c.pipeReader(f, deadline)
+	if prefix != nil {
+		in = io.MultiReader(prefix, in)
 	}
-	c.stdin = f
+	f = c.stdin
 	released := false
 	release := func() {
 		if !released {
@@ -187,6 +221,31 @@ func (c *crash) openStdin(f *os.File, deadline time.Time) (io.Reader, func(), *o
 	}
 	c.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
 	return io.TeeReader(in, out), release, out
+}
+
+// pipeReader returns a reader of the pipe that honours deadline, and sets
+// c.stdin to the descriptor to close when the core is no longer needed.
+func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
+	var in io.Reader = f
+	// A duplicate descriptor in non-blocking mode goes through Go's poller,
+	// so reads honour the deadline; the original is closed, the pipe stays
+	// open through the duplicate until release.
+	if fd, err := unix.Dup(int(f.Fd())); err == nil {
+		unix.CloseOnExec(fd)
+		if unix.SetNonblock(fd, true) == nil {
+			nf := os.NewFile(uintptr(fd), "stdin")
+			if nf.SetReadDeadline(deadline) == nil {
+				f.Close()
+				f, in = nf, nf
+			} else {
+				nf.Close()
+			}
+		} else {
+			unix.Close(fd)
+		}
+	}
+	c.stdin = f
+	return in
 }
 
 // saveCore drains the rest of the core through the tee into the file.
@@ -216,6 +275,12 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 	}
 	c.core = core
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	if c.registersOnly {
+		release()
+		c.frozen = time.Since(c.start)
+		return c.registersReport()
+	}
+	c.fault.at("unwind")
 	if err != nil {
 		c.errorf("%v", err)
 		c.partial = true
@@ -226,22 +291,30 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.tid = core.Threads[0].TID
 	}
 
+	module.SetIODeadline(deadline)
+	otherMountNS := c.pid > 0 && namespaceDiffers(c.pid, "mnt")
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
 		mem, err := c.collectStream(stream)
 		if err != nil {
+			// Stacks cut short or missing: what is unwound may stop early.
 			c.errorf("core stream: %v", err)
-			if errors.Is(err, coredump.ErrDeadline) {
-				c.partial = true
-			}
+			c.partial = true
 		}
 		release() // the stacks are in hand: let the kernel finish
 		c.mem = mem
 		c.mods = module.Group(fileMaps(core))
-		c.sources = append(module.ProcSources(c.pid), module.SysrootSource("/", nil))
+		c.sources = module.ProcSources(c.pid)
+		if !otherMountNS {
+			// /proc/<pid> unusable (the process is gone): its files are
+			// taken from the handler's own root, unless it was seen in
+			// another mount namespace (a container), whose files at the
+			// same paths are other files.
+			c.sources = append(c.sources, module.SysrootSource("/", nil))
+		}
 		c.addVDSO(vdsoSize(core))
-		c.unwindThreads(deadline)
+		c.unwindThreads(deadline, true)
 	}
 	return c.report()
 }
@@ -275,11 +348,11 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	c.mods = module.Group(maps)
 	// Open every module's file now, while map_files resolves; read them
 	// only when a PC falls in them.
-	pre := map[*module.Module]*os.File{}
+	pre := map[*module.Module]io.ReaderAt{}
 	for _, m := range c.mods {
 		for _, src := range module.ProcSources(c.pid) {
 			if r, cl, err := src(m); err == nil {
-				pre[m] = r.(*os.File)
+				pre[m] = r
 				c.closers = append(c.closers, cl)
 				break
 			}
@@ -298,20 +371,29 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
 		c.exe = exe
 	}
-	if c.cfg.Handler.IncludeCmdline {
+	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
 		c.cmdline = procCmdline(c.pid)
 	}
 	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())
 	if freeze.After(deadline) {
 		freeze = deadline
 	}
-	c.unwindThreads(freeze)
+	c.unwindThreads(freeze, false)
 	sm.released.Store(true)
 	release()
 	// Threads the freeze budget cut short are walked again from the
 	// snapshot: their stack windows, no longer the whole stacks.
-	c.unwindThreads(deadline)
+	c.unwindThreads(deadline, true)
 	return nil
+}
+
+// namespaceDiffers reports whether process pid is known to be in another
+// namespace of the kind (mnt, pid) than the handler: false when it cannot
+// tell.
+func namespaceDiffers(pid int, kind string) bool {
+	theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind))
+	ours, err2 := os.Readlink("/proc/self/ns/" + kind)
+	return err1 == nil && err2 == nil && theirs != ours
 }
 
 func vdsoBase(core *coredump.Core) uint64 {

@@ -34,7 +34,9 @@ type OfflineOptions struct {
 	Sources []module.Source
 }
 
-// Offline builds the report for a core file.
+// Offline builds the report for a core file. A core that cannot be parsed
+// still gives a report, marked partial, saying why; the error is for a
+// file that cannot be opened.
 func Offline(o OfflineOptions) (*report.Report, error) {
 	cfg := o.Config
 	if cfg == nil {
@@ -42,14 +44,20 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	}
 	start := time.Now()
 	deadline := start.Add(cfg.Handler.Deadline.D())
+	module.SetIODeadline(deadline)
 	c := &crash{cfg: cfg, log: o.Log, start: start, names: map[int]string{}}
 	if o.Sysroot == "" {
 		o.Sysroot = "/"
 	}
 	if o.CoreFile == "-" {
-		core, stream, err := coredump.ReadHeader(o.Stdin, coredump.DefaultLimits)
+		in := o.Stdin
+		if f, ok := in.(*os.File); ok {
+			in = c.pipeReader(f, deadline) // a stalled pipe ends at the deadline
+			defer c.stdin.Close()
+		}
+		core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
 		if core == nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		if err != nil {
 			c.errorf("reading the core: %v", err)
@@ -57,7 +65,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		c.core, c.mode = core, "stream"
 		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		stream.Deadline = deadline
 		mem, err := c.collectStream(stream)
@@ -78,7 +86,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		core, mem, err := coredump.OpenFile(f, st.Size(), coredump.DefaultLimits)
 		if core == nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 		if err != nil {
 			c.errorf("reading the core: %v", err)
@@ -86,11 +94,14 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		}
 		c.core, c.mode, c.mem = core, "file", newPageCache(mem)
 		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
-			return nil, err
+			return c.unreadable(err), nil
 		}
 	}
 	if c.core.PRPSInfo != nil {
 		c.pid = c.core.PRPSInfo.PID
+	}
+	if len(c.core.Threads) == 0 {
+		return c.unreadable(errors.New("no thread in the core")), nil
 	}
 	c.tid = c.core.Threads[0].TID
 	if err := c.offlineModules(o); err != nil {
@@ -98,8 +109,19 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	}
 	defer c.close()
 	c.addVDSO(vdsoSize(c.core))
-	c.unwindThreads(deadline)
+	c.unwindThreads(deadline, true)
 	return c.report(), nil
+}
+
+// unreadable is the report of a core that cannot be used: what went wrong,
+// marked partial, like kernel mode's.
+func (c *crash) unreadable(err error) *report.Report {
+	c.errorf("reading the core: %v", err)
+	r := c.minimalReport()
+	if c.core != nil && c.core.PRPSInfo != nil {
+		r.Comm, r.PID = c.core.PRPSInfo.Fname, c.core.PRPSInfo.PID
+	}
+	return r
 }
 
 // offlineModules finds the modules from NT_FILE under the sysroot, or,

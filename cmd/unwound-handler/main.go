@@ -26,7 +26,24 @@ func main() {
 	os.Exit(run())
 }
 
+// kernelLogger is /dev/kmsg (fds 1 and 2 are closed under core_pattern),
+// or stderr when UNWOUND_LOG_STDERR is set (tests: the kernel passes no
+// environment).
+func kernelLogger() *handler.Logger {
+	if os.Getenv("UNWOUND_LOG_STDERR") != "" {
+		return handler.NewLogger(os.Stderr)
+	}
+	return handler.NewKmsgLogger()
+}
+
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == handler.ChildFlag {
+		// The supervised child (handler/supervise.go): not a user command.
+		return handler.RunChild(handler.ChildOptions{
+			Args: os.Args[2:], Stdin: os.Stdin, Log: kernelLogger(),
+			Handoff: os.NewFile(3, "handoff"), Status: os.NewFile(4, "status"),
+		})
+	}
 	fs := flag.NewFlagSet("unwound-handler", flag.ContinueOnError)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	pattern := fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit")
@@ -74,11 +91,18 @@ func run() int {
 	if cmd := fs.Arg(0); cmd == "install" || cmd == "uninstall" {
 		return installCmd(cmd, *cfgPath, fs.Args()[1:])
 	}
+	// The child is this very binary, through /proc/self/exe: a package
+	// upgrade replacing the file mid-crash does not mix versions.
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		self, _ = os.Executable()
+	}
 	return handler.RunKernel(handler.KernelOptions{
+		Self:       self,
 		ConfigPath: *cfgPath,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,
-		Log:        handler.NewKmsgLogger(),
+		Log:        kernelLogger(),
 	})
 }
 

@@ -57,6 +57,12 @@ type Handler struct {
 	IncludeCmdline bool     `toml:"include_cmdline"`
 	HonorRlimit    bool     `toml:"honor_rlimit_core"`
 	SaveCoreDir    string   `toml:"save_core_dir"`
+	// Supervise runs the unwinding in a child process, so that a fatal
+	// error in it still leaves a registers-only report.
+	Supervise bool `toml:"supervise"`
+	// DumpModePolicy is what becomes of processes dumped with %d other
+	// than 1 (changed credentials): report, registers, drop.
+	DumpModePolicy string `toml:"dump_mode_policy"`
 }
 
 // Queue is the report queue on flash.
@@ -112,6 +118,8 @@ func Default() *Config {
 			StackWindowKiB: 256,
 			MemoryLimitMiB: 32,
 			Live:           true,
+			Supervise:      true,
+			DumpModePolicy: "report",
 		},
 		Queue: Queue{
 			Dir:           "/var/lib/unwound/queue",
@@ -334,6 +342,7 @@ func (c *Config) check() []problem {
 	pos("handler.freeze_budget", h.FreezeBudget)
 	rng("handler.stack_window_kib", h.StackWindowKiB, 4, 64<<10)
 	rng("handler.memory_limit_mib", h.MemoryLimitMiB, 8, 4096)
+	oneOf("handler.dump_mode_policy", h.DumpModePolicy, "report", "registers", "drop")
 	q := &c.Queue
 	if q.Dir == "" || !strings.HasPrefix(q.Dir, "/") {
 		ps = append(ps, problem{"queue.dir", fmt.Sprintf("%q: want an absolute path", q.Dir)})

@@ -1,6 +1,7 @@
 package coredump
 
 import (
+	"fmt"
 	"io"
 	"sort"
 )
@@ -16,6 +17,10 @@ func OpenFile(r io.ReaderAt, size int64, lim Limits) (*Core, *FileMemory, error)
 	for _, s := range c.Segments {
 		if s.Filesz > 0 && s.Offset < uint64(size) {
 			fm.segs = append(fm.segs, s)
+		}
+		if err == nil && s.Filesz > 0 && (s.Offset > uint64(size) || s.Filesz > uint64(size)-s.Offset) {
+			// A core cut short (RLIMIT_CORE, a full disk), or a lie.
+			err = &FormatError{int64(s.Offset), fmt.Sprintf("core truncated: PT_LOAD %#x needs %#x bytes at %#x, the file has %#x", s.Vaddr, s.Filesz, s.Offset, size)}
 		}
 	}
 	sort.Slice(fm.segs, func(i, j int) bool { return fm.segs[i].Vaddr < fm.segs[j].Vaddr })

@@ -91,7 +91,42 @@ func ReadHeader(r io.Reader, lim Limits) (*Core, *Stream, error) {
 		return c, s, &FormatError{s.off, "no NT_PRSTATUS note"}
 	}
 	sort.SliceStable(c.Segments, func(i, j int) bool { return c.Segments[i].Offset < c.Segments[j].Offset })
-	return c, s, nil
+	return c, s, checkSegments(c.Segments, uint64(s.off))
+}
+
+// checkSegments finds the lies the kernel never tells: segment data inside
+// the headers or notes, segments whose data or addresses overlap. segs are
+// in file order. Such a core is still read (what it holds may be right),
+// but the report says it is suspect.
+func checkSegments(segs []Segment, notesEnd uint64) error {
+	var prevEnd uint64
+	for i, sg := range segs {
+		if sg.Filesz == 0 {
+			continue
+		}
+		if sg.Offset < notesEnd {
+			return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x data lies inside the headers or notes", sg.Vaddr)}
+		}
+		if i > 0 && sg.Offset < prevEnd {
+			return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x data overlaps the previous segment's", sg.Vaddr)}
+		}
+		if end := sg.Offset + sg.Filesz; end > prevEnd {
+			prevEnd = end
+		}
+		if sg.Filesz > sg.Memsz || sg.Vaddr+sg.Memsz < sg.Vaddr {
+			return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x: p_filesz %#x, p_memsz %#x", sg.Vaddr, sg.Filesz, sg.Memsz)}
+		}
+	}
+	// Address overlaps: sort a copy by address (the kernel may sort the
+	// segments by size, kernel.core_sort_vma).
+	byAddr := slices.Clone(segs)
+	sort.Slice(byAddr, func(i, j int) bool { return byAddr[i].Vaddr < byAddr[j].Vaddr })
+	for i := 1; i < len(byAddr); i++ {
+		if a, b := byAddr[i-1], byAddr[i]; a.Memsz > 0 && b.Vaddr < a.Vaddr+a.Memsz {
+			return &FormatError{int64(b.Offset), fmt.Sprintf("PT_LOAD %#x overlaps PT_LOAD %#x in memory", b.Vaddr, a.Vaddr)}
+		}
+	}
+	return nil
 }
 
 // Stream is the forward-only rest of a core after its notes.

@@ -1,6 +1,7 @@
 package ehabi
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -288,4 +289,26 @@ func FuzzTable(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Crafted opcode streams end with an error: a long run of vsp += 4 (an
+// EHABI program has no jumps, so "looping" means being long), a program
+// that keeps popping past the readable stack, and the refuse-to-unwind
+// and spare codes.
+func TestCraftedPrograms(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ops  []byte
+	}{
+		{"vsp += 4, a million times", bytes.Repeat([]byte{0x00}, 1_000_000)},
+		{"pops past the stack", bytes.Repeat([]byte{0x8f, 0xff}, 600)},
+		{"refuse to unwind", []byte{0x80, 0x00}},
+		{"spare", []byte{0xb4}},
+	} {
+		var s State
+		s.R[13], s.Valid = 0x8000, 0xffff
+		if err := Exec(tc.ops, &s, stack{0x8000}, le); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -14,8 +12,9 @@ type Source func(m *Module) (io.ReaderAt, io.Closer, error)
 
 // ProcSources opens files the way the crashed process saw them:
 // /proc/<pid>/map_files/<range> survives deleted and replaced files and
-// resolves in the process's mount namespace; /proc/<pid>/root/<path> is the
-// fallback where map_files is not readable.
+// resolves in the process's mount namespace; the path under
+// /proc/<pid>/root, resolved inside that root (root.go), is the fallback
+// where map_files is not readable.
 func ProcSources(pid int) []Source {
 	return []Source{
 		func(m *Module) (io.ReaderAt, io.Closer, error) {
@@ -23,36 +22,25 @@ func ProcSources(pid int) []Source {
 			return openFile(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, mp.Start, mp.End))
 		},
 		func(m *Module) (io.ReaderAt, io.Closer, error) {
-			return openFile(fmt.Sprintf("/proc/%d/root%s", pid, cleanPath(m.Path)))
+			return openInRoot(fmt.Sprintf("/proc/%d/root", pid), cleanPath(m.Path))
 		},
 	}
 }
 
-// SysrootSource opens files under a sysroot, for offline cores. An
+// SysrootSource opens files under a sysroot, for offline cores, resolving
+// symlinks inside it (a rootfs's absolute links point into the rootfs). An
 // override maps a module path to a file, e.g. --exe for the main program.
 func SysrootSource(sysroot string, override map[string]string) Source {
 	return func(m *Module) (io.ReaderAt, io.Closer, error) {
 		if p, ok := override[m.Path]; ok {
 			return openFile(p)
 		}
-		return openFile(filepath.Join(sysroot, cleanPath(m.Path)))
+		return openInRoot(sysroot, cleanPath(m.Path))
 	}
 }
 
 // cleanPath drops the kernel's " (deleted)" suffix.
 func cleanPath(p string) string { return strings.TrimSuffix(p, " (deleted)") }
-
-func openFile(p string) (io.ReaderAt, io.Closer, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, nil, err
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: not a regular file", p)
-	}
-	return f, f, nil
-}
 
 // Load opens the module's file from the first source that has it, reads
 // its identity and tables, and places it in the address space. Failures are

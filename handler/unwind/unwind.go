@@ -7,6 +7,7 @@ package unwind
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -38,6 +39,9 @@ const (
 	StopDeadline      = "deadline"
 	StopMemory        = "memory_unreadable"
 )
+
+// maxBackward bounds the signal frames whose caller's SP is below theirs.
+const maxBackward = 16
 
 // Process is what the unwinder knows of the crashed process.
 type Process struct {
@@ -110,7 +114,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		cur.pc &^= 1
 	}
 	method := MethodContext
-	walked := 0
+	walked, backward := 0, 0
 	for {
 		sp, _ := cur.rs.Get(p.Arch.SP)
 		f := Frame{PC: cur.pc, SP: sp, Method: method, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact, Thumb: cur.thumb}
@@ -160,6 +164,15 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		if nsp < sp && m != MethodSignal {
 			res.Stop = StopSPNotIncrease
 			break
+		}
+		// Signal frames may go back (nested handlers on alternate stacks),
+		// but only a few times: saved contexts pointing at each other
+		// would otherwise loop, out of sight of the repeat check.
+		if nsp < sp {
+			if backward++; backward > maxBackward {
+				res.Stop, res.Detail = StopSPNotIncrease, fmt.Sprintf("SP went back across more than %d signal frames", maxBackward)
+				break
+			}
 		}
 		cur, method = next, m
 	}

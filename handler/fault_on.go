@@ -1,0 +1,53 @@
+//go:build unwoundfault
+
+package handler
+
+import (
+	"os"
+	"time"
+)
+
+// fault makes a supervised child die the ways Go cannot recover from, to
+// test that the supervising parent still reports the crash. Only binaries
+// built with -tags unwoundfault read UNWOUND_FAULT: panic, oom, stack,
+// maps (concurrent map writes), hang.
+type fault struct{ mode string }
+
+func childFault() fault { return fault{mode: os.Getenv("UNWOUND_FAULT")} }
+
+var sink [][]byte
+
+func (f fault) at(where string) {
+	if where != "unwind" {
+		return
+	}
+	switch f.mode {
+	case "panic":
+		go func() { panic("unwoundfault: panic in a goroutine") }()
+		time.Sleep(time.Minute)
+	case "oom":
+		for {
+			sink = append(sink, make([]byte, 16<<20))
+		}
+	case "stack":
+		recurse(0)
+	case "maps":
+		m := map[int]int{}
+		for i := 0; i < 4; i++ {
+			go func() {
+				for j := 0; ; j++ {
+					m[j%1000] = j
+				}
+			}()
+		}
+		time.Sleep(time.Minute)
+	case "hang":
+		time.Sleep(time.Hour)
+	}
+}
+
+func recurse(n int) int {
+	var pad [256]byte
+	pad[n%256] = byte(n)
+	return recurse(n+1) + int(pad[(n+1)%256])
+}

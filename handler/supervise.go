@@ -1,0 +1,419 @@
+package handler
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/report"
+	"golang.org/x/sys/unix"
+)
+
+// Self-supervision (docs/design.md, "Self-supervision"). Go's fatal errors
+// (out of memory, stack exhaustion, concurrent map writes) end the process
+// whatever recover() does, and a handler that dies leaves no trace: its
+// RLIMIT_CORE is 1. So the handler that the kernel starts reads the core's
+// headers and notes (bounded, cheap), then re-executes itself as a child
+// that does the rest: live memory, module files, unwinding, the report.
+// When the child dies, or overruns the deadline, the parent still writes a
+// minimal report from the notes it holds: the signal, the executable, each
+// thread's PC and link register, and why the full unwind failed.
+
+// ChildFlag, as the first argument, makes unwound-handler the supervised
+// child: ChildFlag CONFIG KERNEL-ARGS..., the core pipe on fd 0, the
+// hand-over (a JSON line, then the core bytes the parent already read) on
+// fd 3, and fd 4 to say the report is stored.
+const ChildFlag = "--unwind-child"
+
+// childGrace is how long after the deadline a child is given before it is
+// killed; its own hard deadline (deadline + 2 s) comes later.
+const childGrace = 500 * time.Millisecond
+
+// handover is the state a parent passes to its child before the core bytes.
+type handover struct {
+	StartNS int64          `json:"start_ns"` // the parent's start: one deadline for both
+	Dropped map[string]int `json:"dropped,omitempty"`
+}
+
+// recorder keeps every byte read through it, in the chunks read (no
+// doubling buffer: the notes of a big process are megabytes).
+type recorder struct {
+	r      io.Reader
+	chunks [][]byte
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.chunks = append(r.chunks, bytes.Clone(p[:n]))
+	}
+	return n, err
+}
+
+// supervise reads the headers and notes, runs the unwinding in a child,
+// and writes the minimal report if the child does not write the full one.
+func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
+	in := c.pipeReader(o.Stdin, deadline)
+	// The child starts now: its runtime comes up while the headers
+	// stream in. It waits for the hand-over before it reads the pipe.
+	ch, startErr := c.startChild(o)
+	rec := &recorder{r: in}
+	core, _, err := coredump.ReadHeader(rec, coredump.DefaultLimits)
+	if core == nil {
+		if ch != nil {
+			ch.cmd.Process.Kill()
+			ch.wait(deadline)
+		}
+		c.stdin.Close()
+		c.frozen = time.Since(c.start)
+		c.errorf("reading the core: %v", err)
+		return c.store(c.minimalReport())
+	}
+	c.core = core
+	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
+
+	why := startErr
+	if ch != nil {
+		ch.handOver(c, rec.chunks)
+		// The pipe is the child's now: the parent's copy must not keep
+		// the dump (and the crashed process) alive.
+		c.stdin.Close()
+		why = ch.wait(deadline)
+	} else {
+		c.stdin.Close()
+	}
+	c.frozen = time.Since(c.start)
+	if why == "" {
+		return 0
+	}
+	c.log.Errorf("pid %d: %s; writing the registers-only report", c.pid, why)
+	if err != nil {
+		c.errorf("reading the core: %v", err)
+	}
+	c.errorf("full unwind failed: %s", why)
+	return c.store(c.registersReport())
+}
+
+// child is the running unwinding child.
+type child struct {
+	cmd     *exec.Cmd
+	handW   *os.File // fd 3's other end
+	statusR *os.File // fd 4's other end
+	stderr  *headWriter
+	done    chan error
+}
+
+// startChild starts the child on the pipe; it returns why not on failure.
+func (c *crash) startChild(o KernelOptions) (*child, string) {
+	hand, handW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Sprintf("supervisor: %v", err)
+	}
+	statusR, status, err := os.Pipe()
+	if err != nil {
+		hand.Close()
+		handW.Close()
+		return nil, fmt.Sprintf("supervisor: %v", err)
+	}
+	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan error, 1)}
+	ch.cmd = exec.Command(o.Self, append([]string{ChildFlag, o.ConfigPath}, o.Args...)...)
+	ch.cmd.Stdin = c.stdin
+	ch.cmd.ExtraFiles = []*os.File{hand, status}
+	ch.cmd.Stderr = ch.stderr
+	ch.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = ch.cmd.Start()
+	hand.Close()
+	status.Close()
+	if err != nil {
+		handW.Close()
+		statusR.Close()
+		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)
+	}
+	go func() { ch.done <- ch.cmd.Wait() }()
+	return ch, ""
+}
+
+// handOver gives the child the parent's start time, the drop counts and
+// the core bytes read so far.
+func (ch *child) handOver(c *crash, prefix [][]byte) {
+	go func() {
+		h, _ := json.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
+		ch.handW.Write(append(h, '\n'))
+		for _, b := range prefix {
+			if _, err := ch.handW.Write(b); err != nil {
+				break
+			}
+		}
+		ch.handW.Close()
+	}()
+}
+
+// wait waits for the child, killing it a little after the deadline. It
+// returns "" when the child stored its report, else why it did not.
+func (ch *child) wait(deadline time.Time) string {
+	defer ch.statusR.Close()
+	var err error
+	var killed bool
+	timer := time.NewTimer(time.Until(deadline) + childGrace)
+	defer timer.Stop()
+	select {
+	case err = <-ch.done:
+	case <-timer.C:
+		killed = true
+		ch.cmd.Process.Kill()
+		err = <-ch.done
+	}
+	ch.handW.Close()
+	var st [8]byte
+	n, _ := io.ReadFull(ch.statusR, st[:])
+	if string(st[:n]) == "stored\n" {
+		return ""
+	}
+	if killed {
+		return "the unwinding child overran the deadline and was killed"
+	}
+	why := "the unwinding child exited without a report"
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			why = fmt.Sprintf("the unwinding child was killed by %s", report.SignalName(int(ws.Signal())))
+		} else {
+			why = fmt.Sprintf("the unwinding child exited with status %d", ee.ExitCode())
+		}
+	} else if err != nil {
+		why = fmt.Sprintf("the unwinding child: %v", err)
+	}
+	if line := fatalLine(ch.stderr.Bytes()); line != "" {
+		why += ": " + line
+	}
+	return why
+}
+
+// fatalLine picks the Go runtime's own words out of a dead child's stderr.
+func fatalLine(b []byte) string {
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "panic: ") {
+			if len(l) > 160 {
+				l = l[:160] + "…"
+			}
+			return l
+		}
+	}
+	return ""
+}
+
+// headWriter keeps the first max bytes written to it.
+type headWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.max - len(w.b); n > 0 {
+		w.b = append(w.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (w *headWriter) Bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b
+}
+
+// registersReport is the report made from the notes alone: per thread, the
+// PC and the link register (not checked: no unwinding took place), and the
+// modules from NT_FILE they fall in, which are not read.
+func (c *crash) registersReport() *report.Report {
+	r := c.minimalReport()
+	r.Handler.Mode = "registers"
+	r.Handler.FrozenMS = c.frozen.Milliseconds()
+	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
+	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
+	r.DeviceID = c.cfg.DeviceID()
+	core := c.core
+	if core.PRPSInfo != nil {
+		r.Comm = core.PRPSInfo.Fname
+	}
+	if si := core.SigInfo; si != nil {
+		r.Signal.Number, r.Signal.Name = int(si.Signo), report.SignalName(int(si.Signo))
+		r.Signal.Code = int(si.Code)
+		r.Signal.CodeName = report.CodeName(r.Signal.Number, r.Signal.Code)
+		if report.HasFaultAddr(r.Signal.Number, r.Signal.Code) {
+			a := report.Hex(si.Addr)
+			r.Signal.FaultAddr = &a
+		}
+	}
+	if c.arch == nil {
+		return r
+	}
+	mods := module.Group(fileMaps(core))
+	if r.Exe == "" {
+		if entry, ok := core.AuxvValue(9); ok { // AT_ENTRY
+			if i := module.Find(mods, entry); i >= 0 {
+				r.Exe = cleanDeleted(mods[i].Path)
+			}
+		}
+	}
+	used := map[int]int{}
+	modIndex := func(pc uint64) int {
+		i := module.Find(mods, pc)
+		if i < 0 {
+			return -1
+		}
+		if n, ok := used[i]; ok {
+			return n
+		}
+		m := mods[i]
+		used[i] = len(r.Modules)
+		r.Modules = append(r.Modules, report.Module{Path: m.Path, Start: report.Hex(m.Start), End: report.Hex(m.End),
+			RuntimeOffset: report.Hex(m.RuntimeOffset), Error: "not read: registers-only report"})
+		return used[i]
+	}
+	threads := core.Threads
+	if n := c.cfg.Handler.MaxThreads; len(threads) > n {
+		threads = threads[:n]
+	}
+	for i, t := range threads {
+		th := report.Thread{TID: t.TID, Crashed: i == 0, Frames: []report.Frame{}, StopReason: "registers_only"}
+		pc, rs, err := c.arch.FromPRStatus(t.Regs)
+		if err != nil {
+			th.StopReason, th.StopDetail = "bad_registers", err.Error()
+			r.Threads = append(r.Threads, th)
+			continue
+		}
+		thumb := false
+		if k := c.arch.PRStatusCPSR; k >= 0 && k < len(t.Regs) {
+			thumb = t.Regs[k]&0x20 != 0
+		}
+		if thumb {
+			pc &^= 1
+		}
+		th.Frames = append(th.Frames, report.Frame{PC: report.Hex(pc), Method: "context", Module: modIndex(pc), Exact: true, Thumb: thumb})
+		if c.arch.LR >= 0 {
+			if lr, ok := rs.Get(c.arch.LR); ok && lr != 0 {
+				lr = c.arch.StripPAC(lr, t.PACMask)
+				lthumb := c.arch.Name == "arm" && lr&1 != 0
+				lr &^= 1
+				th.Frames = append(th.Frames, report.Frame{PC: report.Hex(lr), Method: "lr", Module: modIndex(lr), Thumb: lthumb,
+					Note: "link register at the crash, not checked by an unwind"})
+			}
+		}
+		r.Threads = append(r.Threads, th)
+	}
+	if len(r.Threads) > 0 && core.PRPSInfo != nil {
+		r.Threads[0].Name = core.PRPSInfo.Fname
+	}
+	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
+	return r
+}
+
+// ChildOptions are the supervised child's inputs (see ChildFlag).
+type ChildOptions struct {
+	Args    []string // CONFIG KERNEL-ARGS...
+	Stdin   *os.File // the core pipe
+	Handoff *os.File // fd 3
+	Status  *os.File // fd 4
+	Log     *Logger
+}
+
+// RunChild is the supervised child: RunKernel's work after the headers,
+// from the same bytes.
+func RunChild(o ChildOptions) int {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	lg := o.Log
+	if len(o.Args) < 1 {
+		lg.Errorf("%s: no config argument", ChildFlag)
+		return 2
+	}
+	br := bufio.NewReaderSize(o.Handoff, 4096)
+	line, err := br.ReadSlice('\n')
+	var h handover
+	if err == nil {
+		err = json.Unmarshal(line, &h)
+	}
+	if err != nil {
+		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)
+		return 2
+	}
+	start := time.Unix(0, h.StartNS)
+	cfg, cfgErr := config.LoadOrDefault(o.Args[0])
+	limitMemory(cfg.Handler.MemoryLimitMiB, true)
+	deadline := start.Add(cfg.Handler.Deadline.D())
+	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
+		lg.Errorf("hard deadline passed, exiting without a report")
+		os.Exit(3)
+	})
+	defer hard.Stop()
+	ka, argErr := ParseKernelArgs(o.Args[1:])
+	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
+		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}, dropped: h.Dropped}
+	c.drift = func() { LogDrift(lg, "", o.Args[0], cfg.RateLimit.MaxConcurrent) }
+	c.policy = admitPolicy(cfg)
+	if cfgErr != nil {
+		c.errs = append(c.errs, cfgErr.Error())
+	}
+	if argErr != nil {
+		c.errs = append(c.errs, argErr.Error())
+	}
+	c.fault = childFault()
+	rc := c.run(o.Stdin, br, deadline)
+	o.Status.Write([]byte("stored\n"))
+	return rc
+}
+
+// limitMemory bounds the handler: the Go memory limit (soft: the
+// collector works harder) and, with hard (the supervised child), a cap on
+// its data segment at four times that above what the runtime holds at
+// start, so a runaway allocation ends in the runtime's "out of memory"
+// (which the parent reports) rather than in the board's OOM killer
+// choosing a victim.
+func limitMemory(mib int, hard bool) {
+	debug.SetMemoryLimit(int64(mib) << 20)
+	// Unbounded recursion dies at 4 MiB of stack instead of 1 GiB, well
+	// below the memory limit (near it the collector would thrash until
+	// the deadline): the parsers do not recurse, real stacks are KiBs.
+	debug.SetMaxStack(4 << 20)
+	if !hard {
+		return
+	}
+	if data := vmData(); data > 0 {
+		lim := uint64(data) + uint64(4*mib)<<20
+		_ = unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim})
+	}
+}
+
+// vmData is the process's VmData in bytes, 0 when unknown.
+func vmData() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmData:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,239 @@
+package handler
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+// childRun is one run of the handler binary as the kernel would start it.
+type childRun struct {
+	reports []*report.Report
+	rc      int
+	elapsed time.Duration
+	log     string
+}
+
+// A pid that is not the crashed process: /proc gives nothing, so memory
+// comes from the core stream.
+var noProcArgs = []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!victim", "victim"}
+
+// runHandler runs bin in kernel mode on core (fed through a pipe; with
+// hold, the pipe is kept open after the core, as a stalled kernel would)
+// and returns what landed in the queue.
+func runHandler(t *testing.T, bin string, core []byte, hold bool, cfgExtra string, env ...string) childRun {
+	t.Helper()
+	return newHandlerEnv(t, cfgExtra).run(t, bin, core, noProcArgs, hold, env...)
+}
+
+// handlerEnv is a config, a queue and a state directory for kernel-mode
+// runs of the handler binary.
+type handlerEnv struct{ cfg, qdir string }
+
+func newHandlerEnv(t *testing.T, cfgExtra string) *handlerEnv {
+	t.Helper()
+	dir := t.TempDir()
+	h := &handlerEnv{cfg: filepath.Join(dir, "u.toml"), qdir: filepath.Join(dir, "q")}
+	os.Mkdir(h.qdir, 0o700)
+	text := "[handler]\ndeadline = \"2s\"\n" + cfgExtra + "\n[queue]\ndir = \"" + h.qdir + "\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \"" + filepath.Join(dir, "run") + "\"\n"
+	if err := os.WriteFile(h.cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// run returns the run and every report in the queue so far.
+func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, hold bool, env ...string) childRun {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--config", h.cfg}, args...)...)
+	cmd.Env = append(env, "UNWOUND_LOG_STDERR=1")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = pr
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	go func() {
+		pw.Write(core) // fails with EPIPE once the handler lets go
+		if !hold {
+			pw.Close()
+		}
+	}()
+	err = cmd.Wait()
+	pw.Close()
+	run := childRun{elapsed: time.Since(start), log: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		run.rc = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.Open(h.qdir, queue.Options{AllowVolatile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, _ := q.List()
+	for _, e := range es {
+		z, _ := q.Read(e.Name)
+		r, err := report.Decode(z)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name, err)
+		}
+		run.reports = append(run.reports, r)
+	}
+	return run
+}
+
+// When the unwinding child dies of what Go cannot recover from, or hangs,
+// the supervising parent still queues a report: the signal, the
+// executable, each thread's PC and link register, and why.
+func TestSupervisedChildDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the handler")
+	}
+	bin := handlerBinary(t, "unwoundfault")
+	core := stackCore()
+	for _, tc := range []struct{ fault, why string }{
+		{"panic", "panic: unwoundfault"},
+		{"oom", "out of memory"},
+		{"stack", "fatal error: stack overflow"},
+		{"maps", "fatal error: concurrent map"},
+		{"hang", "overran the deadline"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			run := runHandler(t, bin, core.bytes(), false, "", "UNWOUND_FAULT="+tc.fault)
+			if run.rc != 0 || len(run.reports) != 1 {
+				t.Fatalf("exit %d, %d reports; stderr:\n%s", run.rc, len(run.reports), run.log)
+			}
+			if run.elapsed > 2*time.Second+childGrace+2*time.Second {
+				t.Errorf("took %v, deadline 2s", run.elapsed)
+			}
+			r := run.reports[0]
+			errs := strings.Join(r.Errors, "; ")
+			if !r.Partial || r.Handler.Mode != "registers" || !strings.Contains(errs, tc.why) {
+				t.Errorf("partial %v mode %q errors %q, want one with %q", r.Partial, r.Handler.Mode, errs, tc.why)
+			}
+			checkRegistersReport(t, r, core)
+			t.Logf("%v: %s", run.elapsed.Round(time.Millisecond), errs)
+		})
+	}
+}
+
+func checkRegistersReport(t *testing.T, r *report.Report, core *synthCore) {
+	t.Helper()
+	if r.Signal.Name != "SIGSEGV" || r.PID != 999999999 || r.Exe != "/usr/bin/victim" || r.Comm != "victim" {
+		t.Errorf("signal %q pid %d exe %q comm %q", r.Signal.Name, r.PID, r.Exe, r.Comm)
+	}
+	if r.Signal.FaultAddr == nil || *r.Signal.FaultAddr != report.Hex(core.addr) {
+		t.Errorf("fault address %v", r.Signal.FaultAddr)
+	}
+	if len(r.Threads) != len(core.threads) {
+		t.Fatalf("%d threads, want %d", len(r.Threads), len(core.threads))
+	}
+	for i, th := range r.Threads {
+		want := core.threads[i]
+		if th.TID != want.tid || len(th.Frames) != 2 ||
+			th.Frames[0].PC != report.Hex(want.pc) || th.Frames[0].Method != "context" ||
+			th.Frames[1].PC != report.Hex(want.lr) || th.Frames[1].Method != "lr" {
+			b, _ := json.Marshal(th)
+			t.Errorf("thread %d: %s", i, b)
+		}
+		if th.Frames[0].Module < 0 || r.Modules[th.Frames[0].Module].Path != "/usr/bin/victim" {
+			t.Errorf("thread %d: frame 0 not placed in the executable: %+v %+v", i, th.Frames[0], r.Modules)
+		}
+	}
+}
+
+// With supervision on and a healthy child, the child's full report is the
+// one queued, and only it.
+func TestSupervisedChildReports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the handler")
+	}
+	for _, sup := range []string{"true", "false"} {
+		h := newHandlerEnv(t, "supervise = "+sup)
+		run := h.run(t, handlerBinary(t, ""), stackCore().bytes(), noProcArgs, false)
+		// The handler writes the queue (entries and lock 0600) and its
+		// volatile state directory (0700), nothing else.
+		des, _ := os.ReadDir(h.qdir)
+		for _, de := range des {
+			if fi, err := de.Info(); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("supervise=%s: queue file %s mode %v", sup, de.Name(), fi.Mode())
+			}
+		}
+		all, _ := os.ReadDir(filepath.Dir(h.qdir))
+		for _, de := range all {
+			fi, _ := de.Info()
+			switch de.Name() {
+			case "q", "u.toml":
+			case "run":
+				if fi.Mode().Perm() != 0o700 {
+					t.Errorf("state dir mode %v", fi.Mode())
+				}
+			default:
+				t.Errorf("supervise=%s: the handler wrote %s", sup, de.Name())
+			}
+		}
+		if run.rc != 0 || len(run.reports) != 1 {
+			t.Fatalf("supervise=%s: exit %d, %d reports; stderr:\n%s", sup, run.rc, len(run.reports), run.log)
+		}
+		r := run.reports[0]
+		if r.Handler.Mode != "stream" || len(r.Threads) != 2 {
+			t.Errorf("supervise=%s: mode %q, %d threads, errors %q", sup, r.Handler.Mode, len(r.Threads), r.Errors)
+		}
+	}
+}
+
+// Dump mode 2 (a process that changed credentials) follows
+// handler.dump_mode_policy: the usual report, the registers alone, or
+// nothing but a count in the next report.
+func TestDumpModePolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the handler")
+	}
+	bin := handlerBinary(t, "")
+	core := stackCore().bytes()
+	suid := slices.Clone(noProcArgs)
+	suid[4] = "2"
+	for _, policy := range []string{"report", "registers", "drop"} {
+		h := newHandlerEnv(t, "dump_mode_policy = \""+policy+"\"\ninclude_cmdline = true")
+		run := h.run(t, bin, core, suid, false)
+		switch policy {
+		case "report":
+			if len(run.reports) != 1 || run.reports[0].Handler.Mode != "stream" || run.reports[0].Cmdline != nil {
+				t.Errorf("%s: %d reports %+v", policy, len(run.reports), run.reports)
+			}
+		case "registers":
+			if len(run.reports) != 1 || run.reports[0].Handler.Mode != "registers" ||
+				!strings.Contains(strings.Join(run.reports[0].Errors, ";"), "dump mode 2") {
+				t.Fatalf("%s: %d reports %+v", policy, len(run.reports), run.reports)
+			}
+			checkRegistersReport(t, run.reports[0], stackCore())
+		case "drop":
+			if len(run.reports) != 0 {
+				t.Fatalf("%s: %d reports", policy, len(run.reports))
+			}
+			run = h.run(t, bin, core, noProcArgs, false)
+			if len(run.reports) != 1 || run.reports[0].Dropped["dump_mode"] != 1 {
+				t.Errorf("%s: the next report says dropped %v", policy, run.reports[0].Dropped)
+			}
+		}
+		if run.rc != 0 {
+			t.Errorf("%s: exit %d", policy, run.rc)
+		}
+	}
+}

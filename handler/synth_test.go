@@ -1,0 +1,242 @@
+package handler
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// A small AArch64 core writer for hostile-input and supervision tests: the
+// layout the kernel writes (ELF header, PT_NOTE, PT_LOADs, notes, page
+// padding, segment data), with every field reachable so a test can lie in
+// any of them. Generated in the test, never committed as blobs.
+
+type synthThread struct {
+	tid            int
+	pc, sp, lr, fp uint64
+}
+
+type synthSeg struct {
+	vaddr, memsz uint64
+	flags        uint32
+	data         []byte // file bytes; len(data) is p_filesz
+}
+
+type synthFile struct {
+	start, end, pgoff uint64
+	path              string
+}
+
+type synthCore struct {
+	threads []synthThread
+	segs    []synthSeg
+	files   []synthFile
+	pid     int
+	comm    string
+	signo   int32
+	addr    uint64
+	extra   [][]byte // raw extra note records, appended after the rest
+}
+
+var le = binary.LittleEndian
+
+func note(name string, typ uint32, desc []byte) []byte {
+	var b []byte
+	nm := append([]byte(name), 0)
+	b = le.AppendUint32(b, uint32(len(nm)))
+	b = le.AppendUint32(b, uint32(len(desc)))
+	b = le.AppendUint32(b, typ)
+	b = append(b, nm...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	b = append(b, desc...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// prstatus is struct elf_prstatus on arm64: pr_reg (x0–x30, sp, pc,
+// pstate) at 112, pr_pid at 32, pr_cursig at 12; 392 bytes.
+func prstatus(t synthThread, sig int) []byte {
+	d := make([]byte, 392)
+	le.PutUint16(d[12:], uint16(sig))
+	le.PutUint32(d[32:], uint32(t.tid))
+	reg := func(i int, v uint64) { le.PutUint64(d[112+8*i:], v) }
+	reg(29, t.fp)
+	reg(30, t.lr)
+	reg(31, t.sp)
+	reg(32, t.pc)
+	return d
+}
+
+func (c *synthCore) notes() []byte {
+	var b []byte
+	sig := int(c.signo)
+	for i, t := range c.threads {
+		b = append(b, note("CORE", 1, prstatus(t, sig))...)
+		if i == 0 {
+			ps := make([]byte, 136)
+			le.PutUint32(ps[24:], uint32(c.pid))
+			copy(ps[40:56], c.comm)
+			b = append(b, note("CORE", 3, ps)...)
+			si := make([]byte, 128)
+			le.PutUint32(si, uint32(c.signo))
+			le.PutUint32(si[8:], 1)
+			le.PutUint64(si[16:], c.addr)
+			b = append(b, note("CORE", 0x53494749, si)...)
+			var ax []byte
+			for _, v := range []uint64{6, 4096, 0} {
+				ax = le.AppendUint64(ax, v)
+			}
+			ax = le.AppendUint64(ax, 0)
+			b = append(b, note("CORE", 6, ax)...)
+			if len(c.files) > 0 {
+				var f []byte
+				f = le.AppendUint64(f, uint64(len(c.files)))
+				f = le.AppendUint64(f, 4096)
+				for _, fm := range c.files {
+					f = le.AppendUint64(f, fm.start)
+					f = le.AppendUint64(f, fm.end)
+					f = le.AppendUint64(f, fm.pgoff)
+				}
+				for _, fm := range c.files {
+					f = append(append(f, fm.path...), 0)
+				}
+				b = append(b, note("CORE", 0x46494c45, f)...)
+			}
+		}
+	}
+	for _, e := range c.extra {
+		b = append(b, e...)
+	}
+	return b
+}
+
+// layout returns the core's bytes and the offsets of its program headers
+// (index 0 is PT_NOTE) for tests that patch them.
+func (c *synthCore) layout() (out []byte, phOff []int) {
+	nb := c.notes()
+	phnum := 1 + len(c.segs)
+	hdr := make([]byte, 64)
+	copy(hdr, "\x7fELF")
+	hdr[4], hdr[5], hdr[6] = 2, 1, 1 // ELFCLASS64, LSB, EV_CURRENT
+	le.PutUint16(hdr[16:], 4)        // ET_CORE
+	le.PutUint16(hdr[18:], 183)      // EM_AARCH64
+	le.PutUint32(hdr[20:], 1)
+	le.PutUint64(hdr[32:], 64) // e_phoff
+	le.PutUint16(hdr[52:], 64)
+	le.PutUint16(hdr[54:], 56)
+	le.PutUint16(hdr[56:], uint16(phnum))
+	noteOff := uint64(64 + 56*phnum)
+	dataOff := (noteOff + uint64(len(nb)) + 4095) &^ 4095
+	ph := func(typ, flags uint32, off, vaddr, filesz, memsz uint64) []byte {
+		p := make([]byte, 56)
+		le.PutUint32(p, typ)
+		le.PutUint32(p[4:], flags)
+		le.PutUint64(p[8:], off)
+		le.PutUint64(p[16:], vaddr)
+		le.PutUint64(p[32:], filesz)
+		le.PutUint64(p[40:], memsz)
+		le.PutUint64(p[48:], 4)
+		return p
+	}
+	out = append(out, hdr...)
+	phOff = append(phOff, len(out))
+	out = append(out, ph(4, 0, noteOff, 0, uint64(len(nb)), 0)...)
+	off := dataOff
+	for _, s := range c.segs {
+		phOff = append(phOff, len(out))
+		out = append(out, ph(1, s.flags, off, s.vaddr, uint64(len(s.data)), s.memsz)...)
+		off += uint64(len(s.data))
+	}
+	out = append(out, nb...)
+	out = append(out, make([]byte, int(dataOff)-len(out))...)
+	for _, s := range c.segs {
+		out = append(out, s.data...)
+	}
+	return out, phOff
+}
+
+func (c *synthCore) bytes() []byte { b, _ := c.layout(); return b }
+
+// stackCore is a plausible crash: two threads, their stacks dumped, an
+// executable mapping from NT_FILE the PCs fall in.
+func stackCore() *synthCore {
+	const stack = 0x7ff0000000
+	data := make([]byte, 16<<10)
+	return &synthCore{
+		pid: 4242, comm: "victim", signo: 11, addr: 0xdead0000,
+		threads: []synthThread{
+			{tid: 4242, pc: 0x400123, lr: 0x400456, sp: stack + 0x1000, fp: stack + 0x1100},
+			{tid: 4243, pc: 0x400789, lr: 0x400abc, sp: stack + 0x2000, fp: stack + 0x2100},
+		},
+		segs: []synthSeg{
+			{vaddr: stack, memsz: uint64(len(data)), flags: 6, data: data},
+		},
+		files: []synthFile{{start: 0x400000, end: 0x401000, path: "/usr/bin/victim"}},
+	}
+}
+
+func patch(b []byte, off int, v uint64, size int) []byte {
+	b = bytes.Clone(b)
+	switch size {
+	case 2:
+		le.PutUint16(b[off:], uint16(v))
+	case 4:
+		le.PutUint32(b[off:], uint32(v))
+	default:
+		le.PutUint64(b[off:], v)
+	}
+	return b
+}
+
+var binOnce sync.Map // tags → *builtBinary
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// handlerBinary builds cmd/unwound-handler once per test process (with
+// build tags, e.g. unwoundfault), into a directory removed at exit.
+func handlerBinary(t testing.TB, tags string) string {
+	t.Helper()
+	v, _ := binOnce.LoadOrStore(tags, &builtBinary{})
+	b := v.(*builtBinary)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "unwound-handler-bin")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "unwound-handler"+tags)
+		args := []string{"build", "-o", b.path}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		b.out, b.err = exec.Command("go", append(args, "github.com/unwound-dev/unwound/cmd/unwound-handler")...).CombinedOutput()
+	})
+	if b.err != nil {
+		t.Fatalf("building the handler: %v\n%s", b.err, b.out)
+	}
+	return b.path
+}
+
+func TestMain(m *testing.M) {
+	rc := m.Run()
+	binOnce.Range(func(_, v any) bool {
+		if p := v.(*builtBinary).path; p != "" {
+			os.RemoveAll(filepath.Dir(p))
+		}
+		return true
+	})
+	os.Exit(rc)
+}
