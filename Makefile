@@ -17,6 +17,10 @@ QUEUE_DIR ?= /var/lib/unwound/queue
 # there, which would describe whatever repository the tarball sits in.
 VERSION   ?= $(shell cat VERSION 2>/dev/null || git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO122     ?= go1.22.12
+# 32-bit ARM builds default to ARMv7: GOARM=5/6 binaries call the kernel's
+# user helpers and die on kernels without them (handler/kuser).
+GOARM     ?= 7
+export GOARM
 
 export CGO_ENABLED = 0
 LDFLAGS   := -s -w -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)

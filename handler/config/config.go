@@ -51,6 +51,7 @@ type Handler struct {
 	MemoryLimitMiB int      `toml:"memory_limit_mib"`
 	Live           bool     `toml:"live"` // read stacks from /proc/<pid>/mem while the process is frozen
 	IncludeCmdline bool     `toml:"include_cmdline"`
+	MaskFaultAddr  bool     `toml:"mask_fault_addr"` // report the fault address's 4 KiB page only
 	HonorRlimit    bool     `toml:"honor_rlimit_core"`
 	SaveCoreDir    string   `toml:"save_core_dir"`
 }

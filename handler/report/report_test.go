@@ -169,3 +169,11 @@ func TestEncodingIsEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestMaskToPage(t *testing.T) {
+	for in, want := range map[Hex]Hex{0: 0, 0x10: 0, 0xdeadbeef: 0xdeadb000, 0xffff_8000_1234_5fff: 0xffff_8000_1234_5000} {
+		if got := MaskToPage(in); got != want {
+			t.Errorf("MaskToPage(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
