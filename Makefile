@@ -52,8 +52,18 @@ cross:
 size: cross
 	@for f in dist/linux-*/*; do printf '%9d  %s\n' $$(stat -c %s $$f) $$f; done
 
-vet:
+# staticcheck, installed once into the cache (CI keeps ~/.cache/unwound).
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(HOME)/.cache/unwound/bin/staticcheck-$(STATICCHECK_VERSION)
+
+$(STATICCHECK):
+	mkdir -p $(HOME)/.cache/unwound/bin/tmp
+	GOBIN=$(HOME)/.cache/unwound/bin/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(HOME)/.cache/unwound/bin/tmp/staticcheck $@
+
+vet: $(STATICCHECK)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 
 unit:
