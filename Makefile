@@ -17,6 +17,10 @@ QUEUE_DIR ?= /var/lib/unwound/queue
 # there, which would describe whatever repository the tarball sits in.
 VERSION   ?= $(shell cat VERSION 2>/dev/null || git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO122     ?= go1.22.12
+# 32-bit ARM builds default to ARMv7: GOARM=5/6 binaries call the kernel's
+# user helpers and die on kernels without them (handler/kuser).
+GOARM     ?= 7
+export GOARM
 
 export CGO_ENABLED = 0
 LDFLAGS   := -s -w -B gobuildid -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)
@@ -48,8 +52,18 @@ cross:
 size: cross
 	@for f in dist/linux-*/*; do printf '%9d  %s\n' $$(stat -c %s $$f) $$f; done
 
-vet:
+# staticcheck, installed once into the cache (CI keeps ~/.cache/unwound).
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(HOME)/.cache/unwound/bin/staticcheck-$(STATICCHECK_VERSION)
+
+$(STATICCHECK):
+	mkdir -p $(HOME)/.cache/unwound/bin/tmp
+	GOBIN=$(HOME)/.cache/unwound/bin/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(HOME)/.cache/unwound/bin/tmp/staticcheck $@
+
+vet: $(STATICCHECK)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 
 unit:

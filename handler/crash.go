@@ -168,6 +168,9 @@ func (c *crash) report() *report.Report {
 		r.Signal.Code = int(si.Code)
 		if report.HasFaultAddr(sig, r.Signal.Code) {
 			a := report.Hex(si.Addr)
+			if c.cfg.Handler.MaskFaultAddr {
+				a = report.MaskToPage(a)
+			}
 			r.Signal.FaultAddr = &a
 		}
 		r.Signal.CodeName = report.CodeName(sig, r.Signal.Code)

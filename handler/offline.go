@@ -3,7 +3,6 @@ package handler
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -292,7 +291,10 @@ func place(ef *elf.File, path string, bias uint64) (*module.Module, error) {
 
 // PrintJSON writes a report as indented JSON.
 func PrintJSON(w io.Writer, r *report.Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	b, err := r.MarshalIndent()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

@@ -126,7 +126,7 @@ func crashBig(b *testing.B, bin string) (time.Duration, int) {
 	cmd.Wait()
 	d := time.Since(t0)
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-		b.Fatal(fmt.Sprintf("child was not killed by its signal: %v", cmd.ProcessState))
+		b.Fatalf("child was not killed by its signal: %v", cmd.ProcessState)
 	}
 	return d, cmd.Process.Pid
 }

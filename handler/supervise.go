@@ -3,9 +3,9 @@ package handler
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 	"io"
 	"os"
 	"os/exec"
@@ -152,7 +152,7 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 // the core bytes read so far.
 func (ch *child) handOver(c *crash, prefix [][]byte) {
 	go func() {
-		h, _ := json.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
+		h, _ := jsonlite.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
 		ch.handW.Write(append(h, '\n'))
 		for _, b := range prefix {
 			if _, err := ch.handW.Write(b); err != nil {
@@ -348,7 +348,7 @@ func RunChild(o ChildOptions) int {
 	line, err := br.ReadSlice('\n')
 	var h handover
 	if err == nil {
-		err = json.Unmarshal(line, &h)
+		err = jsonlite.Unmarshal(line, &h)
 	}
 	if err != nil {
 		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)

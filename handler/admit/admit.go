@@ -14,7 +14,6 @@ package admit
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 )
 
 // Policy bounds admission.
@@ -224,7 +225,7 @@ const maxState = 256 << 10
 func load(dir string) *state {
 	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
 	b, err := os.ReadFile(filepath.Join(dir, "rate.json"))
-	if err != nil || len(b) > maxState || json.Unmarshal(b, st) != nil {
+	if err != nil || len(b) > maxState || jsonlite.Unmarshal(b, st) != nil {
 		return &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
 	}
 	if st.PerExe == nil {
@@ -237,7 +238,7 @@ func load(dir string) *state {
 }
 
 func save(dir string, st *state) error {
-	b, err := json.Marshal(st)
+	b, err := jsonlite.Marshal(st)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@
 package config
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -15,11 +14,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // DefaultPath is where packages install the config.
@@ -55,6 +51,7 @@ type Handler struct {
 	MemoryLimitMiB int      `toml:"memory_limit_mib"`
 	Live           bool     `toml:"live"` // read stacks from /proc/<pid>/mem while the process is frozen
 	IncludeCmdline bool     `toml:"include_cmdline"`
+	MaskFaultAddr  bool     `toml:"mask_fault_addr"` // report the fault address's 4 KiB page only
 	HonorRlimit    bool     `toml:"honor_rlimit_core"`
 	SaveCoreDir    string   `toml:"save_core_dir"`
 	// Supervise runs the unwinding in a child process, so that a fatal
@@ -211,27 +208,25 @@ func Load(path string) (*Config, error) {
 
 // Parse checks and decodes config text; name is used in errors.
 func Parse(name string, text []byte) (*Config, error) {
-	c := Default()
-	md, err := toml.NewDecoder(bytes.NewReader(text)).Decode(c)
+	entries, err := parseTOML(text)
 	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, &Error{Path: name, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
-		}
-		// Type mismatches come as plain errors: "toml: line 3 (last key
-		// "handler.max_frames"): incompatible types: …".
-		e := &Error{Path: name, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
-		if line, key, msg, ok := parseTypeErr(err.Error()); ok {
-			e.Line, e.Key, e.Msg = line, key, msg
-		}
-		return nil, e
+		err.(*Error).Path = name
+		return nil, err
 	}
+	c := Default()
+	lines := map[string]int{}
 	var errs []error
-	for _, k := range md.Undecoded() {
-		errs = append(errs, &Error{Path: name, Line: lineOf(text, k), Key: k.String(), Msg: "unknown key"})
+	for _, e := range entries {
+		lines[e.name()] = e.line
+		if err := c.set(e); err != nil {
+			errs = append(errs, &Error{Path: name, Line: e.line, Key: e.name(), Msg: err.Error()})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	for _, p := range c.check() {
-		errs = append(errs, &Error{Path: name, Line: lineOf(text, strings.Split(p.key, ".")), Key: p.key, Msg: p.msg})
+		errs = append(errs, &Error{Path: name, Line: lines[p.key], Key: p.key, Msg: p.msg})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -263,54 +258,19 @@ func LoadOrDefault(path string) (*Config, error) {
 // TOML at all gives the defaults.
 func Salvage(text []byte) *Config {
 	c := Default()
-	var raw map[string]any
-	if _, err := toml.NewDecoder(bytes.NewReader(text)).Decode(&raw); err != nil {
+	entries, err := parseTOML(text)
+	if err != nil {
 		return c
 	}
 	base := len(c.check())
-	for table, v := range raw {
-		keys, ok := v.(map[string]any)
-		if !ok {
+	for _, e := range entries {
+		trial := *c
+		if trial.set(e) != nil || len(trial.check()) > base {
 			continue
 		}
-		for key, val := range keys {
-			var one bytes.Buffer
-			if toml.NewEncoder(&one).Encode(map[string]any{table: map[string]any{key: val}}) != nil {
-				continue
-			}
-			trial := *c
-			md, err := toml.NewDecoder(&one).Decode(&trial)
-			if err != nil || len(md.Undecoded()) > 0 || len(trial.check()) > base {
-				continue
-			}
-			*c = trial
-		}
+		*c = trial
 	}
 	return c
-}
-
-// parseTypeErr splits `toml: line 3 (last key "handler.max_frames"): msg`
-// (no regexp: it would add a few hundred KiB to the handler).
-func parseTypeErr(s string) (line int, key, msg string, ok bool) {
-	i := strings.Index(s, "line ")
-	if i < 0 {
-		return 0, "", "", false
-	}
-	rest := s[i+len("line "):]
-	j := strings.Index(rest, ` (last key "`)
-	if j < 0 {
-		return 0, "", "", false
-	}
-	n, err := strconv.Atoi(rest[:j])
-	if err != nil {
-		return 0, "", "", false
-	}
-	rest = rest[j+len(` (last key "`):]
-	k := strings.Index(rest, `"): `)
-	if k < 0 {
-		return 0, "", "", false
-	}
-	return n, rest[:k], rest[k+len(`"): `):], true
 }
 
 type problem struct{ key, msg string }
@@ -371,33 +331,6 @@ func (c *Config) check() []problem {
 	rng("serial.baud", s.Baud, 50, 16000000)
 	oneOf("serial.flow_control", s.FlowControl, "none", "rtscts")
 	return ps
-}
-
-// lineOf finds the line where key is set, tracking [table] headers; 0 when
-// not found. TOML's decoder keeps positions to itself.
-func lineOf(text []byte, key []string) int {
-	if len(key) == 0 {
-		return 0
-	}
-	table, leaf := strings.Join(key[:len(key)-1], "."), key[len(key)-1]
-	cur := ""
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	for n := 1; sc.Scan(); n++ {
-		l := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(l, "[") {
-			cur = strings.TrimSpace(strings.Trim(l, "[]"))
-			if cur == strings.Join(key, ".") {
-				return n
-			}
-			continue
-		}
-		if i := strings.IndexByte(l, '='); i > 0 && cur == table {
-			if strings.Trim(strings.TrimSpace(l[:i]), `"'`) == leaf {
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // DeviceID returns the configured id, or an application-specific hash of

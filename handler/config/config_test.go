@@ -31,7 +31,7 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"out of range", "[queue]\nmax_entries = 0\n", "x.toml:2: queue.max_entries: 0 out of range"},
 		{"bad enum", "[queue]\nwhen_full = \"panic\"\n", "queue.when_full: \"panic\": want one of"},
 		{"relative dir", "[queue]\ndir = \"queue\"\n", "queue.dir"},
-		{"syntax", "[handler\n", "x.toml:2"},
+		{"syntax", "[handler\n", "x.toml:1: table header"},
 		{"bad url", "[upload]\nurl = \"ftp://x\"\n", "upload.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,7 +103,7 @@ func Load(r io.ReaderAt) (*File, error) {
 	if f.BuildID == nil {
 		for _, s := range ef.Sections {
 			if s.Type == elf.SHT_NOTE && s.Type != elf.SHT_NOBITS {
-				if id := buildID(s.Open(), s.Size, ef.ByteOrder); id != nil {
+				if id := buildID(io.NewSectionReader(r, int64(s.Offset), int64(s.FileSize)), s.FileSize, ef.ByteOrder); id != nil {
 					f.BuildID = id
 					break
 				}
@@ -112,8 +112,8 @@ func Load(r io.ReaderAt) (*File, error) {
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 
-	eh, ehAddr := sectionData(ef, ".eh_frame")
-	hdr, hdrAddr := sectionData(ef, ".eh_frame_hdr")
+	eh, ehAddr := sectionData(r, ef, ".eh_frame")
+	hdr, hdrAddr := sectionData(r, ef, ".eh_frame_hdr")
 	if hdr == nil && hdrProg != nil && hdrProg.Filesz <= MaxSection {
 		// Section headers stripped: PT_GNU_EH_FRAME still locates the hdr,
 		// and its eh_frame_ptr locates .eh_frame, which runs to the end of
@@ -132,7 +132,7 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.EHFrame = t
 		}
 	}
-	if df, _ := sectionData(ef, ".debug_frame"); len(df) > 0 {
+	if df, _ := sectionData(r, ef, ".debug_frame"); len(df) > 0 {
 		t, err := cfi.NewDebugFrame(df, ca)
 		if err != nil {
 			f.TableErrs = append(f.TableErrs, fmt.Errorf(".debug_frame: %w", err))
@@ -140,8 +140,8 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.DebugFrame = t
 		}
 	}
-	f.Exidx, f.ExidxAddr = sectionData(ef, ".ARM.exidx")
-	f.Extab, f.ExtabAddr = sectionData(ef, ".ARM.extab")
+	f.Exidx, f.ExidxAddr = sectionData(r, ef, ".ARM.exidx")
+	f.Extab, f.ExtabAddr = sectionData(r, ef, ".ARM.extab")
 	if f.Exidx == nil {
 		for _, p := range ef.Progs {
 			if p.Type == elf.PT_ARM_EXIDX && p.Filesz <= MaxSection {
@@ -188,12 +188,16 @@ func ptrSize(c elf.Class) int {
 	return 8
 }
 
-func sectionData(ef *elf.File, name string) ([]byte, uint64) {
+// sectionData reads a section's bytes as they are in the file. Compressed
+// sections (SHF_COMPRESSED, only ever .debug_* ones) are skipped: their
+// zlib and zstd decoders would cost the handler 110 KB for a table that
+// .eh_frame or .ARM.exidx provide too, and stripped binaries have none.
+func sectionData(r io.ReaderAt, ef *elf.File, name string) ([]byte, uint64) {
 	s := ef.Section(name)
-	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 || s.Size > MaxSection {
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 || s.Size == 0 || s.Size > MaxSection {
 		return nil, 0
 	}
-	b, err := s.Data()
+	b, err := readSized(r, s.Offset, s.Size)
 	if err != nil {
 		return nil, 0
 	}

@@ -26,24 +26,52 @@ func (f *File) FuncStart(vaddr uint64) (uint64, bool) {
 	return f.funcs[i], true
 }
 
+// loadFuncStarts reads the symbol tables' entries directly (ELF gABI
+// "Symbol Table"), a page at a time, without their names: debug/elf's
+// Symbols would also link its compressed-section readers and hold every
+// name in memory.
 func (f *File) loadFuncStarts() []uint64 {
 	ef, err := elf.NewFile(f.r)
 	if err != nil {
 		return nil
 	}
+	entSize := uint64(16)
+	if ef.Class == elf.ELFCLASS64 {
+		entSize = 24
+	}
 	var starts []uint64
-	for _, get := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		syms, err := get()
-		if err != nil {
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		s := ef.SectionByType(typ)
+		if s == nil || s.Flags&elf.SHF_COMPRESSED != 0 {
 			continue
 		}
-		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF {
-				starts = append(starts, s.Value&^1) // ARM: Thumb functions have bit 0 set
+		n := s.Size / entSize
+		if n > maxSymbols {
+			n = maxSymbols
+		}
+		buf := make([]byte, 4096/entSize*entSize)
+		for i := uint64(0); i < n && len(starts) < maxSymbols; {
+			chunk := buf
+			if left := (n - i) * entSize; left < uint64(len(chunk)) {
+				chunk = chunk[:left]
 			}
-			if len(starts) >= maxSymbols {
+			if _, err := f.r.ReadAt(chunk, int64(s.Offset+i*entSize)); err != nil {
 				break
 			}
+			for e := chunk; len(e) >= int(entSize); e = e[entSize:] {
+				var value uint64
+				var info byte
+				var shndx uint16
+				if entSize == 16 {
+					value, info, shndx = uint64(ef.ByteOrder.Uint32(e[4:])), e[12], ef.ByteOrder.Uint16(e[14:])
+				} else {
+					info, shndx, value = e[4], ef.ByteOrder.Uint16(e[6:]), ef.ByteOrder.Uint64(e[8:])
+				}
+				if elf.ST_TYPE(info) == elf.STT_FUNC && value != 0 && elf.SectionIndex(shndx) != elf.SHN_UNDEF {
+					starts = append(starts, value&^1) // ARM: Thumb functions have bit 0 set
+				}
+			}
+			i += uint64(len(chunk)) / entSize
 		}
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })

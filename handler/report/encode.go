@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 )
 
 // MaxDecoded bounds a decoded report: a real one is a few KiB; this is
@@ -21,7 +22,7 @@ var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 // encoder settings keep its allocation near 0.3 MiB (DESIGN §6): one
 // goroutine, a 32 KiB window, the low-memory mode, the fastest level.
 func Encode(r *Report) ([]byte, error) {
-	js, err := json.Marshal(r)
+	js, err := jsonlite.Marshal(r)
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,12 @@ package report
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 )
 
 // Version is the report schema version. Readers accept every version up to
@@ -191,7 +192,7 @@ func (r *Report) Crashed() *Thread {
 
 // MarshalIndent is the canonical pretty JSON form.
 func (r *Report) MarshalIndent() ([]byte, error) {
-	return json.MarshalIndent(r, "", "  ")
+	return jsonlite.MarshalIndent(r, "", "  ")
 }
 
 // Summary is the head of a text rendering: the report, the signal, the

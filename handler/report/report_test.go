@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 )
 
 func sample() *Report {
@@ -137,6 +139,41 @@ func BenchmarkEncode(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := Encode(r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The handler encodes with jsonlite; hosts decode with encoding/json. Both
+// must agree byte for byte on every field.
+func TestEncodingIsEncodingJSON(t *testing.T) {
+	fa := Hex(0xdeadbeef)
+	r := &Report{
+		Version: Version, ID: "0123456789abcdef0123456789abcdef", Time: 1767225601, TimeTrusted: true,
+		BootID: "b", DeviceID: "d", Kernel: "6.1.0 <&>", Arch: "arm",
+		Signal: Signal{Number: 11, Name: "SIGSEGV", Code: 1, CodeName: "SEGV_MAPERR", FaultAddr: &fa},
+		PID:    1, TID: 2, Comm: "c\u2028\xff", Exe: "/bin/x", Cmdline: []string{"x", "-v"},
+		Modules: []Module{{Path: "/bin/x", BuildID: "ab", BuildIDKind: "gnu", Start: 0x1000, End: 0x2000, RuntimeOffset: 0x1000, Error: "e"}},
+		Threads: []Thread{{TID: 2, Name: "t", Crashed: true, Frames: []Frame{{PC: 0x1004, Method: "context", Exact: true, Thumb: true, Note: "n"}, {PC: 0x1008, Method: "cfi", Module: -1}}, StopReason: "end", StopDetail: "d", Elided: 3, ElidedAt: 1}, {Frames: []Frame{}}},
+		Partial: true, Errors: []string{"x"}, Dropped: map[string]int{"rate_limit": 2, "queue_full": 1},
+		Handler: Handler{Version: "v", Mode: "live", DurationMS: 3, FrozenMS: 1, MaxRSSKiB: 5000},
+	}
+	for _, r := range []*Report{r, {Version: Version}} {
+		want, _ := json.Marshal(r)
+		got, err := jsonlite.Marshal(r)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("jsonlite:\n%s (%v)\nencoding/json:\n%s", got, err, want)
+		}
+		want, _ = json.MarshalIndent(r, "", "  ")
+		if got, err := r.MarshalIndent(); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("indented: jsonlite:\n%s (%v)\nencoding/json:\n%s", got, err, want)
+		}
+	}
+}
+
+func TestMaskToPage(t *testing.T) {
+	for in, want := range map[Hex]Hex{0: 0, 0x10: 0, 0xdeadbeef: 0xdeadb000, 0xffff_8000_1234_5fff: 0xffff_8000_1234_5000} {
+		if got := MaskToPage(in); got != want {
+			t.Errorf("MaskToPage(%v) = %v, want %v", in, got, want)
 		}
 	}
 }

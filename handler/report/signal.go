@@ -52,3 +52,8 @@ func HasFaultAddr(sig, code int) bool {
 	}
 	return false
 }
+
+// MaskToPage keeps only the 4 KiB page of a fault address
+// (handler.mask_fault_addr): enough to tell a NULL dereference or a guard
+// page from a wild pointer, without the pointer's low bits.
+func MaskToPage(a Hex) Hex { return a &^ 0xfff }

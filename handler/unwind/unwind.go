@@ -199,7 +199,6 @@ func stopReason(err error) (string, string) {
 type ring struct {
 	buf  []Frame
 	next int
-	full bool
 }
 
 func newRing(n int) *ring { return &ring{buf: make([]Frame, 0, n)} }
