@@ -147,7 +147,7 @@ func ubiVolume() error {
 	if size != 152 {
 		return fmt.Errorf("ubi_mkvol_req is %d bytes, want 152", size)
 	}
-	const iocMkvol = 1<<30 | size<<16 | 'o'<<8 | 0 // _IOW('o', 0, struct ubi_mkvol_req)
+	const iocMkvol = 1<<30 | size<<16 | 'o'<<8 // _IOW('o', 0, struct ubi_mkvol_req): command number 0
 	f, err := os.OpenFile("/dev/ubi0", os.O_RDONLY, 0)
 	if err != nil {
 		return err
