@@ -82,8 +82,13 @@ func DefaultCases(arch string) []Case {
 			notables = append(notables, v+"-notables")
 		}
 	}
-	cs = append(cs, Matrix(marm, extraScenarios)...)
-	return append(cs, Matrix(notables, noTablesScenarios)...)
+	if len(marm) > 0 {
+		cs = append(cs, Matrix(marm, extraScenarios)...)
+	}
+	if len(notables) > 0 {
+		cs = append(cs, Matrix(notables, noTablesScenarios)...)
+	}
+	return cs
 }
 
 // LabCrash is one crash's outcome.
