@@ -1,13 +1,14 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,199 +18,319 @@ import (
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
 // TestLab boots every architecture's minimal kernel with the real
 // unwound-handler installed through its own --core-pattern line, crashes
 // every fixture, and ships out the reports and (save_core_dir) the full
 // cores. Each report must come from the kernel's pipe in live mode, and
-// equal gdb's walk of the same core on the architectures whose unwinding
-// is complete.
+// equal gdb's walk of the same core (see checkCrash for what "equal" means
+// per build variant).
 func TestLab(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU guests")
 	}
+	// UNWOUND_LAB_KERNEL=debian runs the whole matrix on Debian's
+	// packaged kernels instead, where Debian has one.
+	debian := os.Getenv("UNWOUND_LAB_KERNEL") == "debian"
 	for _, arch := range Arches {
 		arch := arch
-		t.Run(arch, func(t *testing.T) { labArch(t, arch, arch) })
+		t.Run(arch, func(t *testing.T) {
+			if _, ok := DebianFlavours[arch]; debian && !ok {
+				t.Skipf("no Debian kernel for %s", arch)
+			}
+			labTest(t, &Lab{KernelArch: arch, Debian: debian, Cases: DefaultCases(arch)})
+		})
 	}
 	// A 32-bit ARM userland on the AArch64 kernel (COMPAT): the core is
 	// ELFCLASS32/EM_ARM while the handler is an arm64 binary; the
 	// architecture must come from the core, never from the machine.
-	t.Run("arm-on-aarch64", func(t *testing.T) { labArch(t, "aarch64", "arm") })
+	t.Run("arm-on-aarch64", func(t *testing.T) {
+		labTest(t, &Lab{KernelArch: "aarch64", Arch: "arm", Debian: debian, Cases: Matrix(nil, nil)})
+	})
 }
 
-// gdbCompared lists the architectures whose reports are compared with gdb.
-var gdbCompared = map[string]bool{"aarch64": true, "x86_64": true, "riscv64": true, "arm": true}
-
-// labArch boots kernelArch's kernel with arch's programs and glibc (they
-// differ for 32-bit ARM programs on the AArch64 kernel).
-func labArch(t *testing.T, kernelArch, arch string) {
-	kernel, err := Kernel(kernelArch)
-	if err != nil {
-		t.Fatal(err)
+// TestLabDebian runs the real-pipe scenarios on Debian's packaged kernels
+// (the lab's second flavour: arm64 and armmp; amd64 boots for over a minute
+// under TCG, so it runs only with UNWOUND_LAB_DEBIAN=all). The virtio
+// console is a module there: the guest loads it from the initramfs.
+func TestLabDebian(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU guests")
 	}
-	fx := fixture.Build(t, arch)
-	work := t.TempDir()
-	if d := os.Getenv("UNWOUND_LAB_KEEP"); d != "" {
-		// Keep the guest's files (cores, reports, the host mirror) to
-		// look at a failure by hand.
-		work = filepath.Join(d, kernelArch+"-"+arch)
-		os.RemoveAll(work)
-		os.MkdirAll(work, 0o755)
+	arches := []string{"aarch64", "arm"}
+	if os.Getenv("UNWOUND_LAB_DEBIAN") == "all" {
+		arches = append(arches, "x86_64")
 	}
-	r := NewInitramfs()
-	r.HostFile("/init", 0o755, goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/guestinit", kernelArch, filepath.Join(work, "init")))
-	r.HostFile("/bin/unwound-handler", 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", kernelArch, filepath.Join(work, "unwound-handler")))
-	// TCG runs guests 10-50x slower than a board: the budgets grow so the
-	// 87,000-frame recursion is walked live to its end, as on hardware.
-	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
-deadline = "120s"
-freeze_budget = "60s"
-save_core_dir = "/var/lib/unwound/cores"
-[queue]
-dir = "/var/lib/unwound/queue"
-allow_volatile = true
-max_entries = 1000
-max_bytes_kib = 65536
-[rate_limit]
-count = 0
-`))
-	hostRoot := filepath.Join(work, "root")
-	if err := AddGlibc(r, arch, hostRoot); err != nil {
-		t.Skip(err)
-	}
-	plan := guest.Plan{Steps: []guest.Step{
-		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
-		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
-	}}
-	n := 0
-	for _, v := range fixture.Variants {
-		for _, prog := range []string{"crash", "crashxx"} {
-			b := fixture.Binary{Arch: arch, Variant: v, Prog: prog, Dir: fx}
-			gp := "/bin/" + v + "/" + prog
-			r.HostFile(gp, 0o755, b.Stripped())
-			os.MkdirAll(filepath.Join(hostRoot, "bin", v), 0o755)
-			os.Symlink(b.Stripped(), filepath.Join(hostRoot, "bin", v, prog))
-		}
-		for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
-			prog := "crash"
-			if sc == "throw" {
-				prog = "crashxx"
-			}
-			n++
-			plan.Steps = append(plan.Steps,
-				guest.Step{Run: []string{"/bin/" + v + "/" + prog, sc}},
-				guest.Step{WaitFiles: "/var/lib/unwound/queue/*.json.zst", Count: n})
-		}
-	}
-	plan.Steps = append(plan.Steps,
-		guest.Step{Ship: "/var/lib/unwound/queue/*.json.zst", As: "reports"},
-		guest.Step{Ship: "/var/lib/unwound/cores/*", As: "cores"})
-	js, _ := jsonMarshal(plan)
-	r.File("/plan.json", 0o644, js)
-
-	m := &Machine{Arch: kernelArch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 15 * time.Minute, Dir: work}
-	res, err := m.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: %d crashes, %d files shipped, boot to poweroff %v", arch, n, len(res.Files), res.Duration.Round(time.Millisecond))
-
-	cores := filepath.Join(work, "cores")
-	os.MkdirAll(cores, 0o755)
-	var reports []*report.Report
-	for name, data := range res.Files {
-		if strings.HasPrefix(name, "cores/") {
-			os.WriteFile(filepath.Join(work, name), data, 0o644)
-			continue
-		}
-		rep, err := report.Decode(data)
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		reports = append(reports, rep)
-	}
-	if len(reports) != n {
-		t.Fatalf("%d reports, want %d", len(reports), n)
-	}
-	exeRE := regexp.MustCompile(`^/bin/([^/]+)/([^/]+)$`)
-	for _, rep := range reports {
-		mm := exeRE.FindStringSubmatch(rep.Exe)
-		if mm == nil {
-			t.Errorf("report %s: exe %q", rep.ID, rep.Exe)
-			continue
-		}
-		b := fixture.Binary{Arch: arch, Variant: mm[1], Prog: mm[2], Dir: fx}
-		name := fmt.Sprintf("%s/%s pid %d", mm[1], mm[2], rep.PID)
-		t.Run(mm[1]+"/"+mm[2]+"/"+strconv.Itoa(rep.PID), func(t *testing.T) {
-			if rep.Handler.Mode != "live" || rep.Arch != arch {
-				t.Errorf("%s: mode %s arch %s errors %v", name, rep.Handler.Mode, rep.Arch, rep.Errors)
-			}
-			core, _ := filepath.Glob(filepath.Join(cores, fmt.Sprintf("core.%d.*", rep.PID)))
-			if len(core) != 1 {
-				t.Fatalf("no saved core for pid %d", rep.PID)
-			}
-			// The same core offline, from the host's copy of the guest's files.
-			off, err := handler.Offline(handler.OfflineOptions{CoreFile: core[0], Sysroot: hostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !gdbCompared[arch] {
-				t.Skipf("%s: gdb comparison waits for ARM EHABI", arch)
-			}
-			if arch == "arm" && strings.Contains(name, "crash") && isRecursion(rep) {
-				// gdb-multiarch 13 dies (SIGSEGV) walking these cores. The
-				// live report must still equal the offline one, and hold
-				// the whole 100,000-frame walk.
-				th := rep.Crashed()
-				if th == nil || th.Elided < 10000 || pcsOf(rep) != pcsOf(off) {
-					t.Errorf("arm recursion: elided %v; live and offline traces differ: %v", th, pcsOf(rep) != pcsOf(off))
-				}
-				return
-			}
-			want := fixture.OracleSysroot(t, b, core[0], hostRoot)
-			cmp := fixture.CompareReport
-			switch {
-			case arch != "x86_64" && arch != "aarch64" && strings.HasSuffix(b.Variant, "static"):
-				// Stripped static ARM/RISC-V: libc.a leaves functions
-				// without unwind tables, and without symbols their start
-				// is unknown; gdb reads the symbols. Shorter, never wrong.
-				cmp = fixture.ComparePrefix
-			case arch == "riscv64":
-				cmp = fixture.CompareBeyondGDB
-			}
-			cmp(t, rep, want)
-			cmp(t, off, want)
+	for _, arch := range arches {
+		arch := arch
+		t.Run(arch, func(t *testing.T) {
+			labTest(t, &Lab{KernelArch: arch, Debian: true, Cases: Matrix([]string{"O2-dynamic"}, nil)})
 		})
 	}
 }
 
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+func labTest(t *testing.T, l *Lab) {
+	arch := l.Arch
+	if arch == "" {
+		arch = l.KernelArch
+	}
+	l.Dir = t.TempDir()
+	if d := os.Getenv("UNWOUND_LAB_KEEP"); d != "" {
+		// Keep the guest's files (cores, reports, the host mirror) to
+		// look at a failure by hand.
+		l.Dir = filepath.Join(d, fmt.Sprintf("%s-%s-debian=%v", l.KernelArch, arch, l.Debian))
+		os.RemoveAll(l.Dir)
+		os.MkdirAll(l.Dir, 0o755)
+	}
+	l.Progress = t.Logf
+	// UNWOUND_LAB_VARIANTS and UNWOUND_LAB_SCENARIOS (comma-separated)
+	// narrow the matrix for a run by hand.
+	l.Cases = narrow(l.Cases, os.Getenv("UNWOUND_LAB_VARIANTS"), os.Getenv("UNWOUND_LAB_SCENARIOS"))
+	if len(l.Cases) == 0 {
+		t.Skip("no cases left by UNWOUND_LAB_VARIANTS/UNWOUND_LAB_SCENARIOS")
+	}
+	res, err := l.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s on %s: %d crashes, boot to exit %v", arch, res.Kernel, len(res.Crashes), res.Duration.Round(time.Millisecond))
+	start := time.Now()
+	for _, c := range res.Crashes {
+		c := c
+		t.Run(c.Variant+"/"+c.Scenario+"/"+strconv.Itoa(c.Report.PID), func(t *testing.T) { checkCrash(t, arch, res, c) })
+	}
+	if arch == "arm" {
+		sameReportOnArm64(t, l, res)
+	}
+	t.Logf("%s: gdb comparisons %v", arch, time.Since(start).Round(time.Millisecond))
+}
 
+// checkCrash compares one crash's live report, and the offline unwind of
+// its saved core, with gdb on the same core:
+//
+//   - binaries with unwind tables: every thread's PCs equal gdb's;
+//     riscv64 may go past gdb's outermost frame by frame pointer;
+//   - stripped static ARM/RISC-V binaries (libc.a functions without tables
+//     and, stripped, without symbols) and binaries built without unwind
+//     tables: every thread is a prefix of gdb's trace, and where it is
+//     shorter it stops with a reason at a frame whose function has no
+//     unwind table entry in the file the handler read (tablesJustify).
+//
+// Where the comparison is exact, the crashed thread must also follow the
+// program's known call structure (knownChains), signal frames included.
+func checkCrash(t *testing.T, arch string, res *LabResult, c LabCrash) {
+	rep := c.Report
+	name := c.Variant + "/" + c.Prog + " " + c.Scenario
+	if rep.Handler.Mode != "live" || rep.Arch != arch {
+		t.Errorf("%s: mode %s arch %s errors %v", name, rep.Handler.Mode, rep.Arch, rep.Errors)
+	}
+	if c.Core == "" {
+		t.Fatalf("no saved core for pid %d", rep.PID)
+	}
+	// The same core offline, from the host's copy of the guest's files.
+	off, err := handler.Offline(handler.OfflineOptions{CoreFile: c.Core, Sysroot: res.HostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pcsOf(rep) != pcsOf(off) {
+		t.Errorf("live and offline traces differ:\nlive:\n%s\noffline:\n%s", pcsOf(rep), pcsOf(off))
+	}
+	b := fixture.Binary{Arch: arch, Variant: c.Variant, Prog: c.Prog, Dir: res.Fixtures}
+	if arch == "arm" && c.Scenario == "recursion" {
+		// gdb-multiarch 13 dies (SIGSEGV) walking these cores. The
+		// live report must hold the whole 100,000-frame walk.
+		if th := rep.Crashed(); th == nil || th.Elided < 10000 {
+			t.Errorf("arm recursion: %v", th)
+		}
+		return
+	}
+	want := fixture.OracleSysroot(t, b, c.Core, res.HostRoot)
+	noTables := strings.HasSuffix(c.Variant, "-notables")
+	switch {
+	case noTables || arch != "x86_64" && arch != "aarch64" && strings.Contains(c.Variant, "-static"):
+		fixture.ComparePrefix(t, rep, want)
+		tablesJustify(t, res, rep, want)
+	case arch == "riscv64":
+		fixture.CompareBeyondGDB(t, rep, want)
+		knownChain(t, b, rep, c.Scenario)
+	default:
+		fixture.CompareReport(t, rep, want)
+		knownChain(t, b, rep, c.Scenario)
+	}
+}
+
+// knownChains are the crashed thread's functions in the program, innermost
+// first, from crash.c's call structure; "<signal>" is the signal frame,
+// after which the trace must go on in the interrupted code.
+var knownChains = map[string][]string{
+	"nullwrite":   {"null_write", "nw3", "nw2", "nw1", "main"},
+	"abort":       {"ab2", "ab1", "main"},
+	"sighandler":  {"null_write", "in_handler2", "in_handler", "handler", "<signal>", "raiser2", "raiser1", "main"},
+	"sigaltstack": {"null_write", "in_handler2", "in_handler", "handler", "<signal>", "raiser2", "raiser1", "main"},
+	"threads":     {"null_write", "nw3", "nw2", "nw1", "threads", "main"},
+	"alloca":      {"null_write", "vla", "with_alloca", "main"},
+	"nullfn":      {"nf2", "nf1", "main"},
+}
+
+func knownChain(t *testing.T, b fixture.Binary, rep *report.Report, scenario string) {
+	t.Helper()
+	chain, ok := knownChains[scenario]
+	if !ok {
+		return
+	}
+	th := rep.Crashed()
+	if th == nil {
+		t.Error("no crashed thread")
+		return
+	}
+	syms, err := fixture.LoadSymbols(b.Unstripped())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := -1
+	for i, m := range rep.Modules {
+		if m.Path == rep.Exe {
+			mod = i
+		}
+	}
+	names := syms.Names(rep, th, mod)
+	if !fixture.Subsequence(names, chain) {
+		t.Errorf("crashed thread %v does not follow %v", names, chain)
+	}
+	if scenario == "nullfn" && (len(th.Frames) == 0 || th.Frames[0].PC != 0) {
+		t.Errorf("nullfn: frame 0 is not PC 0: %v", names)
+	}
+}
+
+// tablesJustify checks, for a trace shorter than gdb's, that the handler
+// stopped for want of unwind information: its stop reason says so and
+// names the module. That is the line between "matches gdb where the binary
+// has unwind tables" and a wrong stop.
+func tablesJustify(t *testing.T, res *LabResult, rep *report.Report, want *fixture.Trace) {
+	t.Helper()
+	byTID := map[int]fixture.Thread{}
+	for _, th := range want.Threads {
+		byTID[th.TID] = th
+	}
+	for _, th := range rep.Threads {
+		g := 0
+		for _, f := range byTID[th.TID].Frames {
+			if f.Error == "" {
+				g++
+			}
+		}
+		if len(th.Frames)+th.Elided >= g {
+			continue
+		}
+		last := th.Frames[len(th.Frames)-1]
+		// On ARM the linker covers code without tables with
+		// EXIDX_CANTUNWIND entries, which the handler treats as the
+		// outermost frame (as gdb does at _start): stop end_of_stack, the
+		// detail naming the module and the marker.
+		cantUnwind := th.StopReason == "end_of_stack" && strings.Contains(th.StopDetail, "EXIDX_CANTUNWIND")
+		if th.StopReason != "no_unwind_info" && !cantUnwind {
+			t.Errorf("thread %d: %d of gdb's %d frames, stop %s (%s): want no_unwind_info or EXIDX_CANTUNWIND", th.TID, len(th.Frames), g, th.StopReason, th.StopDetail)
+			continue
+		}
+		if last.Module >= 0 && last.Module < len(rep.Modules) && !strings.Contains(th.StopDetail, filepath.Base(rep.Modules[last.Module].Path)) {
+			t.Errorf("thread %d: stop detail %q does not name %s", th.TID, th.StopDetail, rep.Modules[last.Module].Path)
+		}
+	}
+}
+
+// sameReportOnArm64 unwinds the 32-bit ARM cores again with the arm64
+// build of unwound-handler, run under qemu-aarch64 on this host in
+// --core-file mode: the traces and modules must equal the host build's.
+func sameReportOnArm64(t *testing.T, l *Lab, res *LabResult) {
+	if _, err := exec.LookPath("qemu-aarch64"); err != nil {
+		t.Log("qemu-aarch64 not installed: the arm64 handler's offline unwind is not compared")
+		return
+	}
+	bin := filepath.Join(l.Dir, "unwound-handler-arm64")
+	if err := BuildGo("github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", bin); err != nil {
+		t.Fatal(err)
+	}
+	// One crash per variant: the signal-handler one where there is one.
+	pick := map[string]LabCrash{}
+	for _, c := range res.Crashes {
+		if p, ok := pick[c.Variant]; c.Scenario != "recursion" && (!ok || c.Scenario == "sighandler" && p.Scenario != "sighandler") {
+			pick[c.Variant] = c
+		}
+	}
+	n := 0
+	for _, c := range pick {
+		n++
+		host, err := handler.Offline(handler.OfflineOptions{CoreFile: c.Core, Sysroot: res.HostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("qemu-aarch64", bin, "--core-file", c.Core, "--sysroot", res.HostRoot, "--print-json")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("arm64 handler on %s: %v\n%s", c.Core, err, stderr.Bytes())
+		}
+		var arm64 report.Report
+		if err := json.Unmarshal(out, &arm64); err != nil {
+			t.Fatalf("arm64 handler output: %v", err)
+		}
+		if a, b := pcsOf(host)+modulesOf(host), pcsOf(&arm64)+modulesOf(&arm64); a != b {
+			t.Errorf("%s/%s: amd64 and arm64 handlers differ:\n%s\n%s", c.Variant, c.Scenario, a, b)
+		}
+	}
+	t.Logf("%d ARM cores: the arm64 handler (under qemu-aarch64) and the amd64 one give the same traces", n)
+}
+
+func narrow(cases []Case, variants, scenarios string) []Case {
+	keep := func(list, s string) bool {
+		return list == "" || strings.Contains(","+list+",", ","+s+",")
+	}
+	var out []Case
+	for _, c := range cases {
+		if !keep(variants, c.Variant) {
+			continue
+		}
+		var sc []string
+		for _, s := range c.Scenarios {
+			if keep(scenarios, s) {
+				sc = append(sc, s)
+			}
+		}
+		if len(sc) > 0 {
+			out = append(out, Case{c.Variant, sc})
+		}
+	}
+	return out
+}
+
+func modulesOf(r *report.Report) string {
+	var b strings.Builder
+	for _, m := range r.Modules {
+		fmt.Fprintf(&b, "%s %s %v %v %v\n", m.Path, m.BuildID, m.Start, m.RuntimeOffset, m.CompiledOffset)
+	}
+	return b.String()
+}
+
+func pcsOf(r *report.Report) string {
+	var b strings.Builder
+	for _, th := range r.Threads {
+		fmt.Fprintf(&b, "%d: ", th.TID)
+		for _, f := range th.Frames {
+			b.WriteString(f.PC.String() + "/" + f.Method + " ")
+		}
+		fmt.Fprintf(&b, "| %d %s\n", th.Elided, th.StopReason)
+	}
+	return b.String()
+}
+
+// goBuild builds a Go command for a guest architecture, failing the test
+// on error.
 func goBuild(t testing.TB, pkg, arch, out string) string {
 	t.Helper()
 	if err := BuildGo(pkg, arch, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// isRecursion tells the deep-recursion crash by its trace: frames elided.
-func isRecursion(r *report.Report) bool {
-	th := r.Crashed()
-	return th != nil && th.Elided > 0
-}
-
-func pcsOf(r *report.Report) string {
-	var b strings.Builder
-	for _, th := range r.Threads {
-		for _, f := range th.Frames {
-			b.WriteString(f.PC.String() + " ")
-		}
-		fmt.Fprintf(&b, "| %d\n", th.Elided)
-	}
-	return b.String()
 }

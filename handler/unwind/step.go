@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
@@ -104,7 +105,12 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 	if next, err := u.framePointer(cur); err == nil {
 		return next, MethodFP, nil
 	}
-	return state{}, "", &stepError{StopNoUnwindInfo, why.Error()}
+	detail := why.Error()
+	if !strings.Contains(detail, m.Path) {
+		// Say plainly which module had no unwind information.
+		detail = m.Path + ": " + detail
+	}
+	return state{}, "", &stepError{StopNoUnwindInfo, detail}
 }
 
 // lookupPC is where a frame's unwind rules are looked up: the PC itself

@@ -22,7 +22,11 @@ import (
 // Plan is what the guest init does, in order; it is /plan.json in the
 // initramfs.
 type Plan struct {
-	Steps []Step `json:"steps"`
+	// Modules are kernel modules (initramfs paths) loaded in order before
+	// anything else, for kernels that build the virtio console as a
+	// module (Debian's).
+	Modules []string `json:"modules,omitempty"`
+	Steps   []Step   `json:"steps"`
 }
 
 // Step is one action. Exactly one of the action fields is set.
@@ -46,6 +50,9 @@ type Step struct {
 	// (or by its path when As is empty).
 	Ship string `json:"ship,omitempty"`
 	As   string `json:"as,omitempty"`
+	// Remove deletes each shipped file once written to the port (cores
+	// shipped crash by crash keep the guest's RAM free).
+	Remove bool `json:"remove,omitempty"`
 	// Mkdir creates a directory (and its parents).
 	Mkdir string `json:"mkdir,omitempty"`
 	// Mount mounts a filesystem: Mount is the target, FSType its type.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -52,6 +53,12 @@ func run() int {
 		fmt.Println("guestinit: plan:", err)
 		return 1
 	}
+	for _, m := range plan.Modules {
+		if err := loadModule(m); err != nil {
+			fmt.Printf("guestinit: %v\n", err)
+			return 1
+		}
+	}
 	port := openPort()
 	if port != nil {
 		defer port.Close()
@@ -63,6 +70,19 @@ func run() int {
 		}
 	}
 	return 0
+}
+
+// loadModule inserts a kernel module with finit_module(2).
+func loadModule(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("finit_module %s: %w", path, err)
+	}
+	return nil
 }
 
 // openPort finds the virtio serial port the host collects files from. The
@@ -139,6 +159,11 @@ func step(s guest.Step, port *os.File) error {
 			}
 			if err := guest.WriteFile(port, name, data); err != nil {
 				return err
+			}
+			if s.Remove {
+				if err := os.Remove(f); err != nil {
+					return err
+				}
 			}
 		}
 		return nil // a virtio port has no fsync; writes are done when write returns

@@ -1,0 +1,277 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/qemu/guest"
+)
+
+// Lab is one guest of the core lab: a kernel, the crash programs of one
+// architecture (armhf programs may run on the AArch64 kernel), and the
+// real unwound-handler installed through its own --core-pattern line with
+// save_core_dir, so every crash gives a live report and the full core.
+type Lab struct {
+	KernelArch string // the machine and kernel
+	Arch       string // the programs' architecture; KernelArch when empty
+	// Debian boots Debian's packaged kernel instead of the minimal one,
+	// loading the virtio console modules from the initramfs.
+	Debian bool
+	// Cases are the crashes, in order; Matrix(nil, nil) (every scenario
+	// of fixture.Variants) when empty.
+	Cases    []Case
+	Dir      string // work directory: cores/, reports/, root/ (the host mirror)
+	Timeout  time.Duration
+	Progress func(format string, args ...any)
+}
+
+// Case is a build variant of testdata/crash/build.sh and the scenarios to
+// crash it with: crash.c's, and "throw" for crashxx.
+type Case struct {
+	Variant   string
+	Scenarios []string
+}
+
+// Matrix crosses variants with scenarios: fixture.Variants and every
+// scenario when nil.
+func Matrix(variants, scenarios []string) []Case {
+	if variants == nil {
+		variants = fixture.Variants
+	}
+	if scenarios == nil {
+		scenarios = append(append([]string(nil), fixture.Scenarios...), "throw")
+	}
+	var cs []Case
+	for _, v := range variants {
+		cs = append(cs, Case{v, scenarios})
+	}
+	return cs
+}
+
+// extraScenarios are crashed in the extra ARM variants with unwind tables
+// (A32 code): every way into a frame the unwinder must cross, without the
+// slow deep recursion and the C++ throw. noTablesScenarios are crashed in
+// the variants without unwind tables, where the trace stops early: a plain
+// call chain, a signal handler, a NULL function pointer.
+var (
+	extraScenarios    = []string{"nullwrite", "abort", "sighandler", "sigaltstack", "threads", "nullfn"}
+	noTablesScenarios = []string{"nullwrite", "sighandler", "nullfn"}
+)
+
+// DefaultCases is the lab's matrix per architecture: the four base
+// variants with every scenario and, on ARM and RISC-V, the extra variants
+// of build.sh (-marm, -notables, -marm-notables) with fewer.
+func DefaultCases(arch string) []Case {
+	cs := Matrix(nil, nil)
+	var marm, notables []string
+	for _, v := range fixture.Variants {
+		switch arch {
+		case "arm":
+			marm = append(marm, v+"-marm")
+			notables = append(notables, v+"-notables", v+"-marm-notables")
+		case "riscv64":
+			notables = append(notables, v+"-notables")
+		}
+	}
+	if len(marm) > 0 {
+		cs = append(cs, Matrix(marm, extraScenarios)...)
+	}
+	if len(notables) > 0 {
+		cs = append(cs, Matrix(notables, noTablesScenarios)...)
+	}
+	return cs
+}
+
+// LabCrash is one crash's outcome.
+type LabCrash struct {
+	Variant, Prog, Scenario string
+	Report                  *report.Report
+	ReportFile              string // the shipped .json.zst
+	Core                    string // the full core save_core_dir kept
+}
+
+// LabResult is what a lab guest gave back.
+type LabResult struct {
+	Crashes  []LabCrash
+	HostRoot string // the guest's file layout on the host: unstripped-equivalent libs, stripped programs
+	Fixtures string // fixture directory of the programs (unstripped copies for gdb)
+	Kernel   string // what booted
+	Duration time.Duration
+	Console  string
+}
+
+// Run builds the guest, boots it, crashes every scenario of every variant,
+// collects the reports and cores (checksums verified) and matches each
+// report to its crash.
+func (l *Lab) Run(ctx context.Context) (*LabResult, error) {
+	arch := l.Arch
+	if arch == "" {
+		arch = l.KernelArch
+	}
+	say := l.Progress
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	cases := l.Cases
+	if len(cases) == 0 {
+		cases = Matrix(nil, nil)
+	}
+	work := l.Dir
+	res := &LabResult{HostRoot: filepath.Join(work, "root")}
+	r := NewInitramfs()
+	var modules []string
+	var kimg string
+	if l.Debian {
+		k, err := Debian(l.KernelArch)
+		if err != nil {
+			return nil, err
+		}
+		say("kernel: Debian's %s (%s)", DebianFlavours[l.KernelArch], k.Package)
+		if modules, err = k.AddModules(r, k.ConsoleModules()...); err != nil {
+			return nil, err
+		}
+		res.Kernel, kimg = k.Package, k.Image
+	} else {
+		say("kernel: minimal %s (kernel/build.sh, cached)", l.KernelArch)
+		k, err := Kernel(l.KernelArch)
+		if err != nil {
+			return nil, err
+		}
+		res.Kernel, kimg = k, k
+	}
+	fx, err := fixture.BuildDir(arch)
+	if err != nil {
+		return nil, err
+	}
+	res.Fixtures = fx
+	say("building the guest init and unwound-handler for %s", l.KernelArch)
+	for name, pkg := range map[string]string{
+		"init":            "github.com/unwound-dev/unwound/qemu/cmd/guestinit",
+		"unwound-handler": "github.com/unwound-dev/unwound/cmd/unwound-handler",
+	} {
+		if err := BuildGo(pkg, l.KernelArch, filepath.Join(work, name)); err != nil {
+			return nil, err
+		}
+	}
+	r.HostFile("/init", 0o755, filepath.Join(work, "init"))
+	r.HostFile("/bin/unwound-handler", 0o755, filepath.Join(work, "unwound-handler"))
+	// TCG runs guests 10-50x slower than a board: the budgets grow so the
+	// 87,000-frame recursion is walked live to its end, as on hardware.
+	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`[handler]
+deadline = "120s"
+freeze_budget = "60s"
+save_core_dir = "/var/lib/unwound/cores"
+[queue]
+dir = "/var/lib/unwound/queue"
+allow_volatile = true
+max_entries = 1000
+max_bytes_kib = 65536
+[rate_limit]
+count = 0
+`))
+	if err := AddGlibc(r, arch, res.HostRoot); err != nil {
+		return nil, err
+	}
+	plan := guest.Plan{Modules: modules, Steps: []guest.Step{
+		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
+		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
+	}}
+	n := 0
+	type run struct{ variant, prog, scenario string }
+	var runs []run
+	for _, cs := range cases {
+		v := cs.Variant
+		for _, prog := range []string{"crash", "crashxx"} {
+			b := fixture.Binary{Arch: arch, Variant: v, Prog: prog, Dir: fx}
+			if _, err := os.Stat(b.Stripped()); err != nil {
+				return nil, fmt.Errorf("variant %s: %w", v, err)
+			}
+			r.HostFile("/bin/"+v+"/"+prog, 0o755, b.Stripped())
+			os.MkdirAll(filepath.Join(res.HostRoot, "bin", v), 0o755)
+			os.Symlink(b.Stripped(), filepath.Join(res.HostRoot, "bin", v, prog))
+		}
+		for _, sc := range cs.Scenarios {
+			prog := "crash"
+			if sc == "throw" {
+				prog = "crashxx"
+			}
+			n++
+			runs = append(runs, run{v, prog, sc})
+			// The handler names the report; one crash at a time, so
+			// the queue's count tells which report is whose.
+			plan.Steps = append(plan.Steps,
+				guest.Step{Run: []string{"/bin/" + v + "/" + prog, sc}},
+				guest.Step{WaitFiles: "/var/lib/unwound/queue/*.json.zst", Count: n},
+				// The handler saves the core before it stores the report.
+				guest.Step{Ship: "/var/lib/unwound/cores/*", As: "cores", Remove: true})
+		}
+	}
+	plan.Steps = append(plan.Steps,
+		guest.Step{Ship: "/var/lib/unwound/queue/*.json.zst", As: "reports"})
+	js, _ := json.Marshal(plan)
+	r.File("/plan.json", 0o644, js)
+
+	timeout := l.Timeout
+	if timeout == 0 {
+		timeout = 15 * time.Minute
+	}
+	say("booting %s (%s) with %d crashes", l.KernelArch, res.Kernel, n)
+	m := &Machine{Arch: l.KernelArch, Kernel: kimg, Initramfs: r, Memory: "512M", Timeout: timeout, Dir: work}
+	mres, err := m.Run(ctx)
+	if mres != nil {
+		res.Console, res.Duration = mres.Console, mres.Duration
+	}
+	if err != nil {
+		return res, err
+	}
+	for _, d := range []string{"cores", "reports"} {
+		os.MkdirAll(filepath.Join(work, d), 0o755)
+	}
+	byPID := map[int]*LabCrash{}
+	var reps []*LabCrash
+	for name, data := range mres.Files {
+		p := filepath.Join(work, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return res, err
+		}
+		if !strings.HasPrefix(name, "reports/") {
+			continue
+		}
+		rep, err := report.Decode(data)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", name, err)
+		}
+		c := &LabCrash{Report: rep, ReportFile: p}
+		reps = append(reps, c)
+		byPID[rep.PID] = c
+	}
+	if len(reps) != n {
+		return res, fmt.Errorf("%d reports, want %d", len(reps), n)
+	}
+	// PIDs grow with each run: the i-th smallest PID is the i-th crash.
+	sort.Slice(reps, func(i, j int) bool { return reps[i].Report.PID < reps[j].Report.PID })
+	exeRE := regexp.MustCompile(`^/bin/([^/]+)/([^/]+)$`)
+	for i, c := range reps {
+		want := runs[i]
+		mm := exeRE.FindStringSubmatch(c.Report.Exe)
+		if mm == nil || mm[1] != want.variant || mm[2] != want.prog {
+			return res, fmt.Errorf("report of pid %d is from %q, want /bin/%s/%s", c.Report.PID, c.Report.Exe, want.variant, want.prog)
+		}
+		c.Variant, c.Prog, c.Scenario = want.variant, want.prog, want.scenario
+		if cores, _ := filepath.Glob(filepath.Join(work, "cores", fmt.Sprintf("core.%d.*", c.Report.PID))); len(cores) == 1 {
+			c.Core = cores[0]
+		}
+		res.Crashes = append(res.Crashes, *c)
+	}
+	say("%s: %d crashes, boot to exit %v", l.KernelArch, n, res.Duration.Round(time.Millisecond))
+	return res, nil
+}
