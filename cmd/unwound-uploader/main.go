@@ -4,6 +4,7 @@
 //
 //	unwound-uploader [--config PATH] [--transport http|serial] [--once]
 //	unwound-uploader [--config PATH] dump [--remove [--wait D]]
+//	unwound-uploader [--config PATH] list | show [--json] ID | drop ID...
 //
 // Without --once it is a daemon: it drains at start, whenever a report
 // lands in the queue (inotify; polling every upload.interval without it),
@@ -46,6 +47,12 @@ func usage(fs *flag.FlagSet) func() {
        unwound-uploader [flags] dump [--remove [--wait D]]
                         print the queue as text armor on stdout; with --remove,
                         delete the entries the host confirms (=UNWOUND-ACK lines on stdin)
+       unwound-uploader [flags] list
+                        the queued reports, oldest first
+       unwound-uploader [flags] show [--json] ID
+       unwound-uploader [flags] drop ID...
+                        ID: an entry's file name, its sequence number, or 8+ hex
+                        digits of the report id
 
 flags:
 `)
@@ -122,12 +129,19 @@ func run(args []string) int {
 	}
 	recoverQueue(q)
 	if fs.NArg() > 0 {
-		if fs.Arg(0) != "dump" {
-			log.Printf("unknown command %q", fs.Arg(0))
-			fs.Usage()
-			return 2
+		switch fs.Arg(0) {
+		case "dump":
+			return dump(q, fs.Args()[1:])
+		case "list":
+			return listQueue(q, os.Stdout)
+		case "show":
+			return showEntry(q, fs.Args()[1:], os.Stdout)
+		case "drop":
+			return dropEntries(q, fs.Args()[1:], os.Stdout)
 		}
-		return dump(q, fs.Args()[1:])
+		log.Printf("unknown command %q", fs.Arg(0))
+		fs.Usage()
+		return 2
 	}
 	if *transport != "" {
 		cfg.Upload.Transport = *transport
