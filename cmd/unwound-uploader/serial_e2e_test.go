@@ -563,6 +563,13 @@ func TestSerialDaemonPolling(t *testing.T) {
 		r.want[id] = b
 	}
 	waitStored(t, r.out, 3, 30*time.Second, rxLog)
+	// The receiver stores, then acks; the uploader removes the entry only
+	// on the ack: wait for that before stopping it.
+	for deadline := time.Now().Add(20 * time.Second); len(testutil.Entries(t, r.queueDir)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break // checkOnce says how many are left
+		}
+	}
 	cancel()
 	<-done
 	logMu.Lock()
