@@ -91,21 +91,30 @@ func ReadHeader(r io.Reader, lim Limits) (*Core, *Stream, error) {
 		return c, s, &FormatError{s.off, "no NT_PRSTATUS note"}
 	}
 	sort.SliceStable(c.Segments, func(i, j int) bool { return c.Segments[i].Offset < c.Segments[j].Offset })
-	return c, s, checkSegments(c.Segments, uint64(s.off))
+	// What segment data must not overlap: the ELF and program headers and
+	// every note. The kernel writes notes first; gdb's gcore writes them
+	// after the segment data.
+	taken := [][2]uint64{{0, h.phoff + h.phnum*h.phentsz}}
+	for _, n := range notes {
+		taken = append(taken, [2]uint64{n.off, n.off + n.filesz})
+	}
+	return c, s, checkSegments(c.Segments, taken)
 }
 
 // checkSegments finds the lies the kernel never tells: segment data inside
 // the headers or notes, segments whose data or addresses overlap. segs are
 // in file order. Such a core is still read (what it holds may be right),
 // but the report says it is suspect.
-func checkSegments(segs []Segment, notesEnd uint64) error {
+func checkSegments(segs []Segment, taken [][2]uint64) error {
 	var prevEnd uint64
 	for i, sg := range segs {
 		if sg.Filesz == 0 {
 			continue
 		}
-		if sg.Offset < notesEnd {
-			return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x data lies inside the headers or notes", sg.Vaddr)}
+		for _, t := range taken {
+			if sg.Offset < t[1] && sg.Offset+sg.Filesz > t[0] {
+				return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x data lies inside the headers or notes", sg.Vaddr)}
+			}
 		}
 		if i > 0 && sg.Offset < prevEnd {
 			return &FormatError{int64(sg.Offset), fmt.Sprintf("PT_LOAD %#x data overlaps the previous segment's", sg.Vaddr)}

@@ -1,0 +1,139 @@
+package handler
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/report"
+)
+
+// TestPrivacyPlantedSecrets crashes a real program (host kernel, under
+// gdb, whose gcore writes the core: nothing global is touched) that holds
+// unique secrets on its stack, in its heap, in argv, in its environment,
+// in a register and as its faulting address, and checks that no report
+// made from that core carries any of them in any encoding: as text, hex
+// (either case, either byte order), decimal, base64, or raw bytes, in the
+// JSON and in the zstd-compressed report. The faulting address is the one
+// exception, and only without mask_fault_addr: the default report keeps
+// it, with the option only its page is left.
+func TestPrivacyPlantedSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and crashes a program under gdb")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the planted register is x86_64's r12")
+	}
+	for _, tool := range []string{"gcc", "gdb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (make deps)", tool)
+		}
+	}
+	const (
+		strSecret = "S3CR3T-7f2a9c41e0b5"
+		envSecret = "envsecret-91c0ffee"
+		numSecret = 0x5ec7e7a1b3d4 // the register and the faulting address
+	)
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "secret")
+	if out, err := exec.Command("gcc", "-g", "-O1", "-o", prog, "../testdata/privacy/secret.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	core := filepath.Join(dir, "core")
+	gdb := exec.Command("gdb", "-nx", "-batch", "-ex", "run", "-ex", "gcore "+core,
+		"--args", prog, strSecret, strconv.FormatUint(numSecret, 16))
+	gdb.Env = append(os.Environ(), "UNWOUND_SECRET="+envSecret)
+	if out, err := gdb.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("SIGSEGV")) {
+		t.Fatalf("gdb: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(core)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The core itself holds every secret: the test plants what it means to.
+	for _, s := range []string{strSecret, envSecret} {
+		if !bytes.Contains(raw, []byte(s)) {
+			t.Fatalf("the core does not hold %q: the program did not plant it", s)
+		}
+	}
+	le := make([]byte, 8)
+	binary.LittleEndian.PutUint64(le, numSecret)
+	if !bytes.Contains(raw, le[:6]) {
+		t.Fatal("the core does not hold the number secret")
+	}
+
+	needles := func(withFault bool) map[string][]byte {
+		n := map[string][]byte{}
+		for _, s := range []string{strSecret, envSecret} {
+			n[s] = []byte(s)
+			n["hex "+s] = []byte(hex.EncodeToString([]byte(s)))
+			n["base64 "+s] = []byte(base64.StdEncoding.EncodeToString([]byte(s))[:16])
+			n["part of "+s] = []byte(s[4:14])
+		}
+		if withFault {
+			be := make([]byte, 8)
+			binary.BigEndian.PutUint64(be, numSecret)
+			n["number, hex"] = []byte(strconv.FormatUint(numSecret, 16))
+			n["number, HEX"] = []byte(strings.ToUpper(strconv.FormatUint(numSecret, 16)))
+			n["number, decimal"] = []byte(strconv.FormatUint(numSecret, 10))
+			n["number, little-endian hex"] = []byte(hex.EncodeToString(le[:6]))
+			n["number, little-endian bytes"] = le[:6]
+			n["number, big-endian bytes"] = be[2:]
+			n["number, base64 LE"] = []byte(base64.StdEncoding.EncodeToString(le[:6]))
+		}
+		return n
+	}
+	check := func(t *testing.T, mask bool, expectFault bool) {
+		cfg := config.Default()
+		cfg.Handler.MaskFaultAddr = mask
+		if cfg.Handler.IncludeCmdline {
+			t.Fatal("include_cmdline is on by default")
+		}
+		r, err := Offline(OfflineOptions{CoreFile: core, Config: cfg, Log: NewLogger(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Threads) == 0 || len(r.Threads[0].Frames) < 3 {
+			t.Fatalf("no real trace: %+v", r.Threads)
+		}
+		js, err := report.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := report.Decompress(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, needle := range needles(true) {
+			isFault := strings.HasPrefix(name, "number")
+			for _, hay := range [][]byte{plain, js} {
+				found := bytes.Contains(hay, needle)
+				switch {
+				case found && !(isFault && expectFault):
+					t.Errorf("the report holds the secret (%s)", name)
+				}
+			}
+		}
+		fault := r.Signal.FaultAddr
+		switch {
+		case fault == nil:
+			t.Error("no fault address in the report")
+		case mask && uint64(*fault) != numSecret&^0xfff:
+			t.Errorf("masked fault address %v, want its page %#x", *fault, uint64(numSecret&^0xfff))
+		case !mask && uint64(*fault) != numSecret:
+			t.Errorf("fault address %v, want %#x", *fault, uint64(numSecret))
+		}
+	}
+	t.Run("default", func(t *testing.T) { check(t, false, true) })
+	t.Run("mask_fault_addr", func(t *testing.T) { check(t, true, false) })
+}
