@@ -105,7 +105,7 @@ func TestBrokenCoresStillReport(t *testing.T) {
 	}
 	// A pid that is not the crashed process: /proc gives nothing, as when
 	// the kernel has already let go.
-	args := []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!crash", "crash"}
+	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!crash", "crash"}
 	for _, tc := range []struct {
 		name  string
 		bytes []byte
@@ -138,7 +138,7 @@ func TestBrokenConfigStillReports(t *testing.T) {
 	}
 	_, core, _ := x86Core(t, "O2-dynamic", "nullwrite")
 	full, _ := os.ReadFile(core)
-	args := []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!x", "x"}
+	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!x", "x"}
 	r := runKernelOn(t, full, args, "[handler]\nmax_frames = \"many\"\n")
 	if !strings.Contains(strings.Join(r.Errors, "; "), "using defaults for the keys in error") {
 		t.Errorf("errors %q", r.Errors)
@@ -227,7 +227,8 @@ func TestCrashLoopIsRateLimited(t *testing.T) {
 	os.Mkdir(qdir, 0o700)
 	cfg := filepath.Join(dir, "u.toml")
 	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\ncount = 2\nwindow = \"2s\"\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"), 0o644)
-	args := []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!loop", "loop"}
+	// %t is now: a crash time the queue trusts and does not age out.
+	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!loop", "loop"}
 	crash := func() {
 		r, w, _ := os.Pipe()
 		go func() {

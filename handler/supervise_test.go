@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ type childRun struct {
 
 // A pid that is not the crashed process: /proc gives nothing, so memory
 // comes from the core stream.
-var noProcArgs = []string{"999999999", "999999999", "11", "1790000000", "1", "0", "!usr!bin!victim", "victim"}
+var noProcArgs = []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!victim", "victim"}
 
 // runHandler runs bin in kernel mode on core (fed through a pipe; with
 // hold, the pipe is kept open after the core, as a stalled kernel would)

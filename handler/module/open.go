@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 )
 
@@ -28,14 +29,30 @@ func ProcSources(pid int) []Source {
 }
 
 // SysrootSource opens files under a sysroot, for offline cores, resolving
-// symlinks inside it (a rootfs's absolute links point into the rootfs). An
-// override maps a module path to a file, e.g. --exe for the main program.
+// symlinks inside it first (a rootfs's absolute links point into the
+// rootfs). When that finds nothing, the path is opened under the sysroot as
+// the host resolves it, as gdb's sysroot does (a developer's sysroot may
+// link to host directories); a path that climbs out of the sysroot never
+// is. An override maps a module path to a file, e.g. --exe for the main
+// program.
 func SysrootSource(sysroot string, override map[string]string) Source {
 	return func(m *Module) (io.ReaderAt, io.Closer, error) {
 		if p, ok := override[m.Path]; ok {
 			return openFile(p)
 		}
-		return openInRoot(sysroot, cleanPath(m.Path))
+		r, c, err := openInRoot(sysroot, cleanPath(m.Path))
+		if err == nil {
+			return r, c, nil
+		}
+		root := filepath.Clean(sysroot)
+		p := filepath.Join(root, cleanPath(m.Path))
+		if p != root && !strings.HasPrefix(p, root+string(filepath.Separator)) && root != string(filepath.Separator) {
+			return nil, nil, err
+		}
+		if r, c, err2 := openFile(p); err2 == nil {
+			return r, c, nil
+		}
+		return nil, nil, err
 	}
 }
 
