@@ -420,7 +420,7 @@ func (ir *ImageRun) Run(ctx context.Context) (*ImageResult, error) {
 	ir.Machine.Link = func(pty string) {
 		logf("host: unwound receive on %s", pty)
 		recv = exec.Command(ir.Unwound, "receive", "--port", pty, "--out", ir.Received,
-			"--count", strconv.Itoa(ir.Count), "--idle", "10m")
+			"--count", strconv.Itoa(ir.Count), "--follow", "--idle", "10m")
 		recv.Stdout, recv.Stderr = &recvOut, &recvOut
 		if err := recv.Start(); err != nil {
 			recvErr <- err
