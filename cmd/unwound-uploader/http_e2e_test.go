@@ -285,7 +285,11 @@ func TestHTTPServeTLS(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: upload succeeded:\n%s", name, out)
 		}
-		if !strings.Contains(out, why) {
+		said := false
+		for _, w := range strings.Split(why, "|") {
+			said = said || strings.Contains(out, w)
+		}
+		if !said {
 			t.Fatalf("%s: want %q in:\n%s", name, why, out)
 		}
 		if got := b.queued(t); got != n {
@@ -297,7 +301,10 @@ func TestHTTPServeTLS(t *testing.T) {
 	}
 	refused("wrong CA", strings.Replace(good, ca.pem, other.pem, 1), "certificate signed by unknown authority")
 	refused("no token", strings.Replace(good, fmt.Sprintf("token_file = %q", tok), "", 1), "HTTP 401")
-	refused("no client certificate", strings.Replace(strings.Replace(good, fmt.Sprintf("client_cert = %q", cliCert), "", 1), fmt.Sprintf("client_key = %q", cliKey), "", 1), "certificate required")
+	refused("no client certificate", strings.Replace(strings.Replace(good, fmt.Sprintf("client_cert = %q", cliCert), "", 1), fmt.Sprintf("client_key = %q", cliKey), "", 1), "certificate required|broken pipe|connection reset by peer")
+	// (Go 1.22's client may see the server's refusal only as the write
+	// of the request failing: TLS 1.3 sends the alert after the client's
+	// handshake is done.)
 
 	// The board's clock is behind (not synced yet): the server's
 	// certificate is "not yet valid". Temporary: nothing quarantined.
