@@ -74,8 +74,32 @@ func (s *Sender) Peer() Hello { return s.peer }
 // Handshake sends hellos until the receiver answers one, and adopts the
 // smaller window and chunk.
 func (s *Sender) Handshake(ctx context.Context) error {
-	for try := 0; try < s.opt.Retries; try++ {
-		seq, err := s.c.Send(THello, Hello{Role: RoleUploader, Window: uint8(s.opt.Window), Chunk: uint16(s.opt.Chunk), Name: s.opt.Name}.Encode())
+	hello := Hello{Role: RoleUploader, Window: uint8(s.opt.Window), Chunk: uint16(s.opt.Chunk), Name: s.opt.Name}.Encode()
+	return s.ask(ctx, s.opt.Retries, THello, hello, func(seq uint32, f Frame) bool {
+		if f.Type != THello {
+			return false
+		}
+		h, err := ParseHello(f.Payload)
+		if err != nil || h.Role != RoleReceiver || h.Echo != seq {
+			return false
+		}
+		s.peer = h
+		if h.Window > 0 && int(h.Window) < s.opt.Window {
+			s.opt.Window = int(h.Window)
+		}
+		if h.Chunk > 0 && int(h.Chunk) < s.opt.Chunk {
+			s.opt.Chunk = int(h.Chunk)
+		}
+		return true
+	})
+}
+
+// ask sends a frame of type t and waits up to one RTO for a frame that
+// answers it (answers is told the sequence number sent), resending up to
+// tries times; ErrLinkDown when no answer came.
+func (s *Sender) ask(ctx context.Context, tries int, t Type, payload []byte, answers func(seq uint32, f Frame) bool) error {
+	for try := 0; try < tries; try++ {
+		seq, err := s.c.Send(t, payload)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrClosed, err)
 		}
@@ -88,21 +112,9 @@ func (s *Sender) Handshake(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if f.Type != THello {
-				continue
+			if answers(seq, f) {
+				return nil
 			}
-			h, err := ParseHello(f.Payload)
-			if err != nil || h.Role != RoleReceiver || h.Echo != seq {
-				continue
-			}
-			s.peer = h
-			if h.Window > 0 && int(h.Window) < s.opt.Window {
-				s.opt.Window = int(h.Window)
-			}
-			if h.Chunk > 0 && int(h.Chunk) < s.opt.Chunk {
-				s.opt.Chunk = int(h.Chunk)
-			}
-			return nil
 		}
 	}
 	return ErrLinkDown
@@ -261,24 +273,8 @@ func (s *Sender) reply(f Frame, id ID) (Reply, bool) {
 // ErrLinkDown when no ack came: harmless, the receiver also has an idle
 // timeout.
 func (s *Sender) Empty(ctx context.Context) error {
-	for try := 0; try < 3; try++ {
-		seq, err := s.c.Send(TEmpty, nil)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrClosed, err)
-		}
-		deadline := time.Now().Add(s.opt.RTO)
-		for {
-			f, err := s.recv(ctx, deadline)
-			if err == errTimeout {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if r, ok := s.reply(f, ID{}); ok && f.Type == TAck && r.Offset == seq {
-				return nil
-			}
-		}
-	}
-	return ErrLinkDown
+	return s.ask(ctx, 3, TEmpty, nil, func(seq uint32, f Frame) bool {
+		r, ok := s.reply(f, ID{})
+		return ok && f.Type == TAck && r.Offset == seq
+	})
 }
