@@ -248,6 +248,7 @@ func (c *crash) report() *report.Report {
 	r.DeviceID = c.cfg.DeviceID()
 	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
 	r.Handler.FrozenMS = c.frozen.Milliseconds()
+	withholdData(r, c.core)
 	return r
 }
 

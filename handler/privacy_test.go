@@ -2,6 +2,7 @@ package handler
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/report"
 )
 
@@ -49,28 +51,36 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 	if out, err := exec.Command("gcc", "-g", "-O1", "-o", prog, "../testdata/privacy/secret.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	core := filepath.Join(dir, "core")
-	gdb := exec.Command("gdb", "-nx", "-batch", "-ex", "run", "-ex", "gcore "+core,
-		"--args", prog, strSecret, strconv.FormatUint(numSecret, 16))
-	gdb.Env = append(os.Environ(), "UNWOUND_SECRET="+envSecret)
-	if out, err := gdb.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("SIGSEGV")) {
-		t.Fatalf("gdb: %v\n%s", err, out)
-	}
-	raw, err := os.ReadFile(core)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The core itself holds every secret: the test plants what it means to.
-	for _, s := range []string{strSecret, envSecret} {
-		if !bytes.Contains(raw, []byte(s)) {
-			t.Fatalf("the core does not hold %q: the program did not plant it", s)
+	// makeCore crashes the program under gdb and saves its core; with jump,
+	// the program calls the number secret, so the crashing PC is the secret.
+	makeCore := func(name string, extra ...string) string {
+		core := filepath.Join(dir, name)
+		args := append([]string{"-nx", "-batch", "-ex", "run", "-ex", "gcore " + core,
+			"--args", prog, strSecret, strconv.FormatUint(numSecret, 16)}, extra...)
+		gdb := exec.Command("gdb", args...)
+		gdb.Env = append(os.Environ(), "UNWOUND_SECRET="+envSecret)
+		if out, err := gdb.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("SIGSEGV")) {
+			t.Fatalf("gdb: %v\n%s", err, out)
 		}
+		raw, err := os.ReadFile(core)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The core itself holds every secret: the test plants what it means to.
+		for _, s := range []string{strSecret, envSecret} {
+			if !bytes.Contains(raw, []byte(s)) {
+				t.Fatalf("the core does not hold %q: the program did not plant it", s)
+			}
+		}
+		le := make([]byte, 8)
+		binary.LittleEndian.PutUint64(le, numSecret)
+		if !bytes.Contains(raw, le[:6]) {
+			t.Fatal("the core does not hold the number secret")
+		}
+		return core
 	}
 	le := make([]byte, 8)
 	binary.LittleEndian.PutUint64(le, numSecret)
-	if !bytes.Contains(raw, le[:6]) {
-		t.Fatal("the core does not hold the number secret")
-	}
 
 	needles := func(withFault bool) map[string][]byte {
 		n := map[string][]byte{}
@@ -93,7 +103,7 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 		}
 		return n
 	}
-	check := func(t *testing.T, mask bool, expectFault bool) {
+	check := func(t *testing.T, core string, mask bool, expectFault bool) *report.Report {
 		cfg := config.Default()
 		cfg.Handler.MaskFaultAddr = mask
 		if cfg.Handler.IncludeCmdline {
@@ -133,7 +143,69 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 		case !mask && uint64(*fault) != numSecret:
 			t.Errorf("fault address %v, want %#x", *fault, uint64(numSecret))
 		}
+		return r
 	}
-	t.Run("default", func(t *testing.T) { check(t, false, true) })
-	t.Run("mask_fault_addr", func(t *testing.T) { check(t, true, false) })
+	write := makeCore("core-write")
+	t.Run("default", func(t *testing.T) { check(t, write, false, true) })
+	t.Run("mask_fault_addr", func(t *testing.T) { check(t, write, true, false) })
+	// A jump to the secret: frame 0's PC is the secret (and so is the
+	// faulting address, masked here). It lies in no executable mapping, so
+	// the report withholds it and still walks on from the return address.
+	t.Run("pc_is_secret", func(t *testing.T) {
+		r := check(t, makeCore("core-jump", "jump"), true, false)
+		f := r.Threads[0].Frames
+		if !f[0].Withheld || f[0].PC != 0 || f[0].Module != -1 {
+			t.Errorf("frame 0 = %+v, want the PC withheld", f[0])
+		}
+		if f[1].Withheld || f[1].Module < 0 {
+			t.Errorf("frame 1 = %+v, want the caller, in the program", f[1])
+		}
+	})
+}
+
+// TestWithholdData: a PC in a file's executable mapping keeps its module; in
+// an executable mapping of no file it gets an "[anon]" module of its own
+// (modules stay in address order, indexes follow); in the null page it is
+// kept as is; anywhere else (data, stack, unmapped) it is withheld.
+func TestWithholdData(t *testing.T) {
+	core := &coredump.Core{Segments: []coredump.Segment{
+		{Vaddr: 0x10000, Memsz: 0x1000, Flags: elf.PF_R | elf.PF_X}, // the program's text
+		{Vaddr: 0x11000, Memsz: 0x1000, Flags: elf.PF_R | elf.PF_W}, // its data
+		{Vaddr: 0x8000, Memsz: 0x1000, Flags: elf.PF_R | elf.PF_X},  // JIT code, below it
+		{Vaddr: 0x7f000, Memsz: 0x2000, Flags: elf.PF_R | elf.PF_W}, // a stack
+	}}
+	r := &report.Report{
+		Modules: []report.Module{{Path: "/bin/p", Start: 0x10000, End: 0x12000}},
+		Threads: []report.Thread{{Frames: []report.Frame{
+			{PC: 0x8010, Module: -1},   // JIT
+			{PC: 0x10020, Module: 0},   // text
+			{PC: 0x11008, Module: 0},   // the program's data: not code
+			{PC: 0x7f100, Module: -1},  // a stack word
+			{PC: 0x0, Module: -1},      // NULL call
+			{PC: 0xdead00, Module: -1}, // unmapped
+			{PC: 0x8020, Module: -1},   // JIT again: same module
+		}}},
+	}
+	withholdData(r, core)
+	if len(r.Modules) != 2 || r.Modules[0].Path != "[anon]" || r.Modules[0].Start != 0x8000 || r.Modules[0].End != 0x9000 || r.Modules[1].Path != "/bin/p" {
+		t.Fatalf("modules %+v", r.Modules)
+	}
+	want := []struct {
+		pc       report.Hex
+		module   int
+		withheld bool
+	}{{0x8010, 0, false}, {0x10020, 1, false}, {0, -1, true}, {0, -1, true}, {0, -1, false}, {0, -1, true}, {0x8020, 0, false}}
+	for i, f := range r.Threads[0].Frames {
+		if f.PC != want[i].pc || f.Module != want[i].module || f.Withheld != want[i].withheld {
+			t.Errorf("frame %d = %+v, want pc %#x module %d withheld %v", i, f, uint64(want[i].pc), want[i].module, want[i].withheld)
+		}
+	}
+
+	// Without program headers only the modules vouch for a PC.
+	r = &report.Report{Modules: []report.Module{{Path: "/bin/p", Start: 0x10000, End: 0x12000}},
+		Threads: []report.Thread{{Frames: []report.Frame{{PC: 0x10020, Module: 0}, {PC: 0x7f100, Module: -1}}}}}
+	withholdData(r, &coredump.Core{})
+	if f := r.Threads[0].Frames; f[0].Withheld || !f[1].Withheld {
+		t.Errorf("no segments: frames %+v", f)
+	}
 }

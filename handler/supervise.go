@@ -259,6 +259,9 @@ func (c *crash) registersReport() *report.Report {
 		r.Signal.CodeName = report.CodeName(r.Signal.Number, r.Signal.Code)
 		if report.HasFaultAddr(r.Signal.Number, r.Signal.Code) {
 			a := report.Hex(si.Addr)
+			if c.cfg.Handler.MaskFaultAddr {
+				a = report.MaskToPage(a)
+			}
 			r.Signal.FaultAddr = &a
 		}
 	}
@@ -322,6 +325,7 @@ func (c *crash) registersReport() *report.Report {
 	if len(r.Threads) > 0 && core.PRPSInfo != nil {
 		r.Threads[0].Name = core.PRPSInfo.Fname
 	}
+	withholdData(r, core)
 	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
 	return r
 }

@@ -139,6 +139,10 @@ type Frame struct {
 	Exact  bool   `json:"exact,omitempty"` // PC is not a return address
 	Thumb  bool   `json:"thumb,omitempty"` // ARM32: Thumb state
 	Note   string `json:"note,omitempty"`  // why this frame's method was chosen, when notable
+	// Withheld: the unwinder found a "PC" outside every executable mapping
+	// (a wild jump, a clobbered return address: a data or stack word). Its
+	// value is not reported, PC is 0: it could be anything, a secret too.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // Handler says how the report was made.

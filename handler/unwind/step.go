@@ -54,7 +54,7 @@ func (u *unwinder) step(cur state, first bool) (state, string, error) {
 				return next, MethodLR, nil
 			}
 		}
-		return state{}, "", &stepError{StopOutside, fmt.Sprintf("pc %#x is in no module", cur.pc)}
+		return state{}, "", &stepError{StopOutside, "the pc is in no module"}
 	}
 	if next, ok, err := u.sigreturn(m, cur); ok {
 		return next, MethodSignal, err
@@ -217,7 +217,7 @@ func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, err
 		return state{}, errors.New("prologue: return address not saved")
 	}
 	if module.Find(u.p.Modules, next.pc&^1) < 0 {
-		return state{}, fmt.Errorf("prologue: return address %#x is in no module", next.pc)
+		return state{}, errors.New("prologue: the return address is in no module")
 	}
 	return next, nil
 }
@@ -270,7 +270,7 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 		return state{}, fmt.Errorf("EHABI: caller SP %#x below SP %#x", s.R[13], sp)
 	}
 	if next.pc != 0 && module.Find(u.p.Modules, next.pc&^1) < 0 {
-		return state{}, fmt.Errorf("EHABI: return address %#x is in no module", next.pc)
+		return state{}, errors.New("EHABI: the return address is in no module")
 	}
 	// When the return address came from LR (no opcode popped pc), LR still
 	// holds it: it says nothing about the caller's own return address.
@@ -359,7 +359,7 @@ func (u *unwinder) framePointer(cur state) (state, error) {
 	}
 	ra = a.StripPAC(ra, u.p.PACMask)
 	if module.Find(u.p.Modules, ra) < 0 {
-		return state{}, fmt.Errorf("frame record return address %#x is in no module", ra)
+		return state{}, errors.New("the frame record's return address is in no module")
 	}
 	next := state{pc: ra}
 	next.rs = cur.rs

@@ -191,6 +191,10 @@ func FileAddr(arch string, m report.Module, f report.Frame) uint64 {
 
 func (s *Symbolizer) frame(r *report.Report, mods []*module, f report.Frame) Frame {
 	out := Frame{Frame: f}
+	if f.Withheld {
+		out.Error = "pc withheld by the handler: not in an executable mapping"
+		return out
+	}
 	if f.Module < 0 || f.Module >= len(r.Modules) {
 		out.Error = "pc outside every module"
 		return out
