@@ -32,6 +32,12 @@ func TestInstallGuest(t *testing.T) {
 	r.HostFile(h, 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", filepath.Join(work, "unwound-handler")))
 	// The initramfs is RAM: accept a volatile queue.
 	r.File("/etc/unwound/unwound.toml", 0o644, []byte("[queue]\nallow_volatile = true\n"))
+	// The 32-bit ARM (GOARM=7) build, installing into a board root, says
+	// whether this kernel (arm64 with COMPAT and KUSER_HELPERS) would run
+	// GOARM=5/6 builds.
+	armRoot := "/tmp/armroot"
+	r.HostFile(armRoot+h, 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", "arm", filepath.Join(work, "unwound-handler-arm")))
+	r.File(armRoot+"/etc/unwound/unwound.toml", 0o644, []byte("[queue]\nallow_volatile = true\n"))
 	const foreign = "|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h"
 	settings := func(as string) []guest.Step {
 		var s []guest.Step
@@ -51,6 +57,7 @@ func TestInstallGuest(t *testing.T) {
 	steps = append(steps, settings("installed")...)
 	steps = append(steps, guest.Step{Run: []string{h, "uninstall"}, MustSucceed: true})
 	steps = append(steps, settings("uninstalled")...)
+	steps = append(steps, guest.Step{Run: []string{armRoot + h, "install", "--root", armRoot}, MustSucceed: true})
 	js, _ := json.Marshal(guest.Plan{Steps: steps})
 	r.File("/plan.json", 0o644, js)
 
@@ -81,7 +88,8 @@ func TestInstallGuest(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"another crash handler is installed", "systemd-coredump (/usr/lib/systemd/systemd-coredump)",
-		"self-test: unwound a synthetic aarch64 core", "applied to the running kernel", "restored kernel.core_pattern = " + foreign} {
+		"self-test: unwound a synthetic aarch64 core", "applied to the running kernel", "restored kernel.core_pattern = " + foreign,
+		"kernel user helpers: present ([vectors]): GOARM=5/6 builds of unwound would run too"} {
 		if !strings.Contains(res.Console, s) {
 			t.Errorf("console lacks %q", s)
 		}

@@ -18,11 +18,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/kuser"
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/sysctl"
 )
@@ -251,6 +253,13 @@ func Install(o Options) error {
 		o.say("self-test: unwound a synthetic %s core: %d frames, report %d bytes, %v", st.Arch, st.Frames, st.ReportSize, st.Duration.Round(100_000))
 	}
 
+	if runtime.GOARCH == "arm" {
+		if f, err := os.Open("/proc/self/maps"); err == nil {
+			o.say("%s", KuserNote(f, kuser.Needed()))
+			f.Close()
+		}
+	}
+
 	foreign := o.Foreigns(pattern)
 	if len(foreign) > 0 && !o.Force {
 		var lines []string
@@ -429,4 +438,22 @@ func writeAtomic(p string, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// KuserNote says what install found about the ARM kernel's user helpers,
+// from a 32-bit ARM process's maps: whether GOARM=5/6 builds of unwound can
+// run on this kernel. needed says this binary is such a build (it could
+// not have started without the helpers, but its maps are read all the
+// same).
+func KuserNote(maps io.Reader, needed bool) string {
+	err := kuser.Check(maps)
+	switch {
+	case err == nil && needed:
+		return "kernel user helpers: present ([vectors]); this GOARM=5/6 build needs them: a kernel built with CONFIG_KUSER_HELPERS=n would stop it from starting"
+	case err == nil:
+		return "kernel user helpers: present ([vectors]): GOARM=5/6 builds of unwound would run too"
+	case errors.Is(err, kuser.ErrMissing):
+		return "warning: " + err.Error() + "; this build does not need them"
+	}
+	return "kernel user helpers: could not tell: " + err.Error()
 }

@@ -438,3 +438,23 @@ func TestUninstallForeignFile(t *testing.T) {
 		t.Errorf("uninstall output:\n%s", log.String())
 	}
 }
+
+// TestKuserNote: install says whether GOARM=5/6 builds can run, from the
+// [vectors] page in a 32-bit ARM process's maps.
+func TestKuserNote(t *testing.T) {
+	with := "00010000-00011000 r-xp 00000000 00:0e 1234 /usr/bin/unwound-handler\nffff0000-ffff1000 r-xp 00000000 00:00 0          [vectors]\n"
+	without := "00010000-00011000 r-xp 00000000 00:0e 1234 /usr/bin/unwound-handler\nbefdf000-bf000000 rw-p 00000000 00:00 0 [stack]\n"
+	for _, c := range []struct {
+		maps   string
+		needed bool
+		want   string
+	}{
+		{with, false, "GOARM=5/6 builds of unwound would run too"},
+		{with, true, "this GOARM=5/6 build needs them"},
+		{without, false, "warning: the kernel maps no ARM user helpers"},
+	} {
+		if got := KuserNote(strings.NewReader(c.maps), c.needed); !strings.Contains(got, c.want) {
+			t.Errorf("KuserNote(needed=%v) = %q, want it to contain %q", c.needed, got, c.want)
+		}
+	}
+}
