@@ -35,7 +35,7 @@ func TestInstallGuest(t *testing.T) {
 	// The 32-bit ARM (GOARM=7) build, installing into a board root, says
 	// whether this kernel (arm64 with COMPAT and KUSER_HELPERS) would run
 	// GOARM=5/6 builds.
-	armRoot := "/tmp/armroot"
+	armRoot := "/armroot"
 	r.HostFile(armRoot+h, 0o755, goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", "arm", filepath.Join(work, "unwound-handler-arm")))
 	r.File(armRoot+"/etc/unwound/unwound.toml", 0o644, []byte("[queue]\nallow_volatile = true\n"))
 	const foreign = "|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h"
