@@ -33,29 +33,39 @@ var (
 )
 
 // llCode is the literal length code of n. From 64 on a code's baseline is
-// a power of two (code 25 is 64); below, the table is irregular.
+// a power of two (code 25 is 64); below, a table says.
 func llCode(n uint32) uint8 {
 	if n >= 64 {
 		return uint8(bits.Len32(n)-1) + 19
 	}
-	c := uint8(24)
-	for llBase[c] > n {
-		c--
-	}
-	return c
+	return llCodes[n]
 }
 
 // mlCode is the match length code of n ≥ 3. From 131 on, n - 3 has a
-// power-of-two baseline (code 43 is 128 + 3).
+// power-of-two baseline (code 43 is 128 + 3); below, a table says.
 func mlCode(n uint32) uint8 {
 	if n >= 131 {
 		return uint8(bits.Len32(n-3)-1) + 36
 	}
-	c := uint8(42)
-	for mlBase[c] > n {
-		c--
+	return mlCodes[n]
+}
+
+var (
+	llCodes = codeTable(llBase[:], 64)
+	mlCodes = codeTable(mlBase[:], 131)
+)
+
+// codeTable maps each n below size to the last code whose baseline is ≤ n.
+func codeTable(base []uint32, size int) []uint8 {
+	t := make([]uint8, size)
+	c := 0
+	for n := range t {
+		for c+1 < len(base) && base[c+1] <= uint32(n) {
+			c++
+		}
+		t[n] = uint8(c)
 	}
-	return c
+	return t
 }
 
 // appendSequences appends a Sequences_Section (RFC 8878 §3.1.1.3.2) for
