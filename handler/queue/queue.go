@@ -3,8 +3,8 @@
 //
 // Entries appear atomically (temp file, fsync, rename, fsync the directory):
 // a reader sees a whole entry or none, and Read validates what it returns
-// (the zstd content checksum), moving anything else to a bounded
-// quarantine. Names are FAT-safe and ordered by a sequence number, never by
+// (Options.Check: the zstd content checksum), moving anything else to a
+// bounded quarantine. Names are FAT-safe and ordered by a sequence number, never by
 // wall-clock time (boards without an RTC start in 1970): see Name. The
 // lock (flock on ".lock") is held only to pick the number, evict and rename
 // (and, shared, for the instant a temp file is created and locked).
