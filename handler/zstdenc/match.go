@@ -8,14 +8,14 @@ import (
 const (
 	tableBits = 12 // hash table of 4096 positions: 16 KiB
 	minMatch  = 4
-	hashLen   = 8
+	hashLen   = 5 // bytes hashed: 4 finds more, shorter matches; 6 and up fewer
 	// skipLog: after 1<<skipLog literals without a match the search steps
 	// two bytes at a time, then three, ...: incompressible input goes fast.
 	skipLog = 6
 )
 
-// matcher is a greedy LZ77 match finder over one frame's input: a hash
-// of the 4 bytes at a position maps to the last position that had them.
+// matcher is an LZ77 match finder over one frame's input: a hash of the
+// hashLen bytes at a position maps to the last position that had them.
 type matcher struct {
 	table [1 << tableBits]uint32
 	rep   [3]uint32 // repeat offsets as a decoder tracks them (§3.1.2.5)

@@ -3,8 +3,8 @@
 // library links every compression level.
 //
 // A frame holds its content size and checksum. Blocks are compressed by
-// a greedy LZ77 (hash table of 4096 positions, matches of at least 4
-// bytes, repeat offsets), with sequences coded in the predefined FSE
+// a greedy LZ77 with one byte of lookahead (hash table of 4096 positions,
+// matches of at least 4 bytes, repeat offsets), with sequences coded in the predefined FSE
 // distributions and literals Huffman-coded when that pays and every
 // literal is below 129 (text, JSON); a block that does not shrink is
 // stored raw, or as one byte when it repeats one. Memory is bounded by
