@@ -16,12 +16,13 @@ const toolchain = "go1.22.12"
 const (
 	// Issue 10 sets 2.5 MB for the handler, not met yet. Measured 2.82 MB
 	// after the TOML and JSON rewrites, then 3.08 MB with `install` (its
-	// self-test, sysctl handling) and the supervising parent: the rest is
-	// mostly the zstd encoder (klauspost/compress links every level),
+	// self-test, sysctl handling) and the supervising parent, then
+	// 2,818,200 B with our own zstd encoder (handler/zstdenc) in place of
+	// klauspost/compress's, which linked every level. The rest is mostly
 	// debug/elf and install. Until those shrink, this ceiling stops the
 	// handler from growing; lower it as it shrinks.
 	handlerTarget  = 2_500_000
-	handlerCeiling = 3_120_000
+	handlerCeiling = 2_860_000
 	uploaderBudget = 6_000_000
 	serialBudget   = 3_000_000 // -tags unwound_nohttp
 )
@@ -78,8 +79,10 @@ func TestHeavyPackagesStayOut(t *testing.T) {
 		pkg, tags string
 		banned    []string
 	}{
-		// encoding/json is imported (report.Decode, for hosts) but not linked.
-		{"./cmd/unwound-handler", "", []string{"net/http", "github.com/BurntSushi/toml", "regexp"}},
+		// The handler only writes reports: decoding them (encoding/json,
+		// klauspost/compress) is for readers, in handler/report/read.
+		{"./cmd/unwound-handler", "", []string{"net/http", "github.com/BurntSushi/toml", "regexp",
+			"encoding/json", "github.com/klauspost/compress", "github.com/klauspost/compress/zstd"}},
 		{"./cmd/unwound-uploader", "unwound_nohttp", []string{"net/http", "github.com/BurntSushi/toml"}},
 	} {
 		args := []string{"list", "-deps"}

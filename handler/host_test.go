@@ -13,6 +13,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 
@@ -98,7 +99,7 @@ func TestHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	installCorePattern(t, strings.TrimSpace(string(line)))
-	q, err := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	q, err := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func waitReport(t testing.TB, q *queue.Queue, pid int) *report.Report {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := report.Decode(z)
+			r, err := read.Report(z)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 const parkedSrc = `
@@ -85,13 +86,13 @@ func TestKernelModeLive(t *testing.T) {
 		t.Fatalf("rc %d", rc)
 	}
 	t.Log(logBuf.String())
-	q, _ := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 	es, _ := q.List()
 	if len(es) != 1 {
 		t.Fatalf("%d queue entries, want 1", len(es))
 	}
 	z, _ := q.Read(es[0].Name)
-	live, err := report.Decode(z)
+	live, err := read.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

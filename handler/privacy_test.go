@@ -18,6 +18,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // TestPrivacyPlantedSecrets crashes a real program (host kernel, under
@@ -120,7 +121,7 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain, err := report.Decompress(js)
+		plain, err := read.JSON(js)
 		if err != nil {
 			t.Fatal(err)
 		}

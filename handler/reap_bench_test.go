@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 const bigSrc = `
@@ -64,7 +65,7 @@ func BenchmarkCrashToReap(b *testing.B) {
 	os.WriteFile(streamCfg, []byte(strings.Replace(st, "[handler]\n", "[handler]\nlive = false\n", 1)), 0o644)
 	cores := filepath.Join(dir, "cores")
 	installCorePattern(b, "core") // restored at the end, whatever the modes did
-	q, _ := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 
 	modes := []struct{ name, pattern string }{
 		{"true", "|/bin/true"},

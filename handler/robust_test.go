@@ -14,6 +14,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 
@@ -79,13 +80,13 @@ func runKernelOn(t *testing.T, core []byte, args []string, extraCfg string) *rep
 	if rc := RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: r, Log: NewLogger(&log)}); rc != 0 {
 		t.Fatalf("exit %d", rc)
 	}
-	q, _ := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 	es, _ := q.List()
 	if len(es) != 1 {
 		t.Fatalf("%d reports queued; log:\n%s", len(es), log.String())
 	}
 	z, _ := q.Read(es[0].Name)
-	rep, err := report.Decode(z)
+	rep, err := read.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestCrashLoopIsRateLimited(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		crash()
 	}
-	q, _ := queue.Open(qdir, queue.Options{AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 	if es, _ := q.List(); len(es) != 2 {
 		t.Fatalf("%d reports from a loop of 5 crashes, limit 2", len(es))
 	}
@@ -248,7 +249,7 @@ func TestCrashLoopIsRateLimited(t *testing.T) {
 	crash()
 	es, _ := q.List()
 	z, _ := q.Read(es[len(es)-1].Name)
-	r, err := report.Decode(z)
+	r, err := read.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

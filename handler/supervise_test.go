@@ -14,6 +14,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // childRun is one run of the handler binary as the kernel would start it.
@@ -83,14 +84,14 @@ func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, h
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.Open(h.qdir, queue.Options{AllowVolatile: true})
+	q, err := queue.Open(h.qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	es, _ := q.List()
 	for _, e := range es {
 		z, _ := q.Read(e.Name)
-		r, err := report.Decode(z)
+		r, err := read.Report(z)
 		if err != nil {
 			t.Fatalf("%s: %v", e.Name, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 
@@ -300,7 +301,7 @@ func runImage(t *testing.T, c imageCase, kernel, baseInitrd string, sum *imageSu
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := report.Decode(z)
+		rep, err := read.Report(z)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
 			continue
@@ -366,7 +367,7 @@ func checkImageScenario(t *testing.T, c imageCase, s ImageScenario, b fixture.Bi
 		t.Fatalf("no report received for pid %d", pid)
 	}
 	z, _ := os.ReadFile(path)
-	rep, err := report.Decode(z)
+	rep, err := read.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
 )
@@ -246,7 +247,7 @@ count = 0
 		if !strings.HasPrefix(name, "reports/") {
 			continue
 		}
-		rep, err := report.Decode(data)
+		rep, err := read.Report(data)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", name, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // TestSerialDrain is the whole chain on a real kernel: crash on the board,
@@ -32,7 +32,7 @@ func TestSerialDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := report.Decode(z)
+	r, err := read.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

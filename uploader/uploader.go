@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // QuarantineDir is the subdirectory of the queue for rejected entries
@@ -142,7 +142,7 @@ func (u *Uploader) Drain(ctx context.Context) (Stats, error) {
 			if err != nil {
 				return st, err
 			}
-			r, err := report.Decode(data)
+			r, err := read.Report(data)
 			if err != nil {
 				if qerr := u.quarantine(e.Name, "not a valid report: "+err.Error()); qerr != nil {
 					return st, qerr

@@ -29,6 +29,7 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/armor"
 	"github.com/unwound-dev/unwound/uploader/serialproto"
@@ -111,7 +112,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	daemon := !*once && fs.NArg() == 0
-	q, err := queue.Open(cfg.Queue.Dir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile})
+	q, err := queue.Open(cfg.Queue.Dir, queue.Options{Check: read.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
 	for err != nil && daemon {
 		// At boot the queue's filesystem may not be mounted yet: a daemon
 		// waits for it instead of dying and being restarted in a loop.
@@ -121,7 +122,7 @@ func run(args []string) int {
 			return 0
 		case <-time.After(30 * time.Second):
 		}
-		q, err = queue.Open(cfg.Queue.Dir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile})
+		q, err = queue.Open(cfg.Queue.Dir, queue.Options{Check: read.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
 	}
 	if err != nil {
 		log.Print(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // The queue as a person on the board sees it: `list`, `show ID`, `drop
@@ -53,7 +54,7 @@ func readReport(q *queue.Queue, name string) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report.Decode(data)
+	return read.Report(data)
 }
 
 // findEntry resolves an ID to one entry name.

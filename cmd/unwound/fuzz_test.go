@@ -7,6 +7,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/host/symbolize"
 )
 
@@ -56,7 +57,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte("-"))
 	root := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := report.Decode(b)
+		r, err := read.Report(b)
 		if err != nil {
 			return
 		}

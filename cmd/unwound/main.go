@@ -19,6 +19,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/host/symbolize"
 )
 
@@ -144,14 +145,14 @@ func readReport(name string) (*report.Report, error) {
 	var b []byte
 	var err error
 	if name == "-" {
-		b, err = io.ReadAll(io.LimitReader(os.Stdin, report.MaxDecoded))
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, read.MaxDecoded))
 	} else {
 		b, err = os.ReadFile(name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r, err := report.Decode(b)
+	r, err := read.Report(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // dirStore keeps received reports as DIR/<id>.json.zst, written
@@ -46,7 +47,7 @@ var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 // wantID, when set, must be the report's id. It returns the report, whether
 // it was new, and a validation error (the sender's fault) or a local one.
 func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
-	r, derr := report.Decode(data)
+	r, derr := read.Report(data)
 	if derr != nil {
 		return nil, false, derr, nil
 	}
@@ -54,9 +55,7 @@ func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored boo
 		return nil, false, fmt.Errorf("report id %s, but %s was announced", r.ID, wantID), nil
 	}
 	if !bytes.HasPrefix(data, zstdMagic) {
-		if data, err = report.Compress(data); err != nil {
-			return nil, false, nil, err
-		}
+		data = report.Compress(data)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

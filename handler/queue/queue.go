@@ -3,8 +3,8 @@
 //
 // Entries appear atomically (temp file, fsync, rename, fsync the directory):
 // a reader sees a whole entry or none, and Read validates what it returns
-// (the zstd content checksum), moving anything else to a bounded
-// quarantine. Names are FAT-safe and ordered by a sequence number, never by
+// (Options.Check: the zstd content checksum), moving anything else to a
+// bounded quarantine. Names are FAT-safe and ordered by a sequence number, never by
 // wall-clock time (boards without an RTC start in 1970): see Name. The
 // lock (flock on ".lock") is held only to pick the number, evict and rename
 // (and, shared, for the instant a temp file is created and locked).
@@ -53,7 +53,16 @@ type Options struct {
 	MaxAge        time.Duration // only for entries with a trusted time, and only once the clock is trusted
 	WhenFull      string        // EvictOldest (default) or DropNewest
 	AllowVolatile bool          // accept tmpfs/ramfs
+	// Check validates an entry's bytes for Read and Recover: readers set
+	// it to read.Entry (package handler/report/decode). The handler
+	// only writes and leaves it nil, so it links no zstd decoder; Read
+	// and Recover refuse to run without it.
+	Check func(data []byte) error
 }
+
+// errNoCheck is Read's and Recover's answer on a queue opened without
+// Options.Check.
+var errNoCheck = errors.New("queue: opened without Options.Check, cannot read")
 
 // ErrFull is returned by Put under DropNewest when the entry does not fit.
 var ErrFull = errors.New("queue full")
@@ -146,7 +155,7 @@ func checkName(name string) error {
 	return err
 }
 
-// Read returns an entry's bytes once they pass Validate. An entry that
+// Read returns an entry's bytes once they pass Options.Check. An entry that
 // fails is moved to the quarantine and the error is a *CorruptError
 // (errors.Is(err, ErrCorrupt)); the caller logs it and goes on with the
 // next entry. A missing entry is os.ErrNotExist.
@@ -154,11 +163,14 @@ func (q *Queue) Read(name string) ([]byte, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
+	if q.opt.Check == nil {
+		return nil, errNoCheck
+	}
 	data, err := os.ReadFile(filepath.Join(q.dir, name))
 	if err != nil {
 		return nil, err
 	}
-	if verr := Validate(data); verr != nil {
+	if verr := q.opt.Check(data); verr != nil {
 		ce := &CorruptError{Name: name, Err: verr}
 		if _, qerr := q.Quarantine(name); qerr == nil {
 			ce.Quarantined = true

@@ -11,11 +11,13 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 func open(t *testing.T, opt Options) *Queue {
 	t.Helper()
 	opt.AllowVolatile = true // t.TempDir may sit on tmpfs
+	opt.Check = read.Entry
 	q, err := Open(t.TempDir(), opt)
 	if err != nil {
 		t.Fatal(err)
@@ -26,11 +28,7 @@ func open(t *testing.T, opt Options) *Queue {
 // entry is a valid entry's bytes: a checksummed zstd frame of JSON.
 func entry(t testing.TB, s string) []byte {
 	t.Helper()
-	z, err := report.Compress([]byte(fmt.Sprintf("%q", s)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return z
+	return report.Compress([]byte(fmt.Sprintf("%q", s)))
 }
 
 func TestPutOrdersBySequenceAndIsReadable(t *testing.T) {

@@ -115,6 +115,9 @@ type Recovery struct {
 // has nothing to recover; this is for flash that lies.
 func (q *Queue) Recover(bootID string) (Recovery, error) {
 	var r Recovery
+	if q.opt.Check == nil {
+		return r, errNoCheck
+	}
 	unlock, err := q.lock()
 	if err != nil {
 		return r, err

@@ -1,6 +1,8 @@
 // Package report defines unwound's PC-only crash report, its JSON shape
 // and its on-flash encoding: one zstd frame with the content checksum on,
 // so `zstd -dc r.json.zst | jq .` works and corruption is detected.
+// Readers decode with package read (handler/report/read), kept apart so
+// that the handler links no decoder.
 //
 // A report never carries memory contents: PCs, module identities, signal
 // information, thread ids and names, the executable and (optionally) the

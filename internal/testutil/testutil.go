@@ -11,6 +11,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 )
 
 // Report returns an encoded valid report with about frames random PCs (the
@@ -39,7 +40,7 @@ func Report(rng *rand.Rand, comm string, frames int) (id string, data []byte) {
 
 // Queue opens a queue in a temp directory.
 func Queue(t testing.TB) *queue.Queue {
-	q, err := queue.Open(t.TempDir(), queue.Options{AllowVolatile: true})
+	q, err := queue.Open(t.TempDir(), queue.Options{Check: read.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}

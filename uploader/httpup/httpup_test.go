@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
@@ -51,7 +51,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	body, _ := io.ReadAll(r.Body)
-	rep, err := report.Decode(body)
+	rep, err := read.Report(body)
 	if err != nil || rep.ID != r.Header.Get("X-Unwound-Report-Id") {
 		http.Error(w, "bad report", http.StatusBadRequest)
 		return
