@@ -187,7 +187,9 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	var version uint32
 	var phoff, shoff uint64
 	var h []byte // e_flags onwards
+	wordSize := 4
 	if f.Class == ELFCLASS64 {
+		wordSize = 8
 		version, f.Entry, phoff, shoff = o.Uint32(b[20:]), o.Uint64(b[24:]), o.Uint64(b[32:]), o.Uint64(b[40:])
 		h = b[48:]
 	} else {
@@ -201,6 +203,9 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	phentsize, phnum := int(o.Uint16(h[6:])), int(o.Uint16(h[8:]))
 	shentsize, shnum, shstrndx := int(o.Uint16(h[10:])), int(o.Uint16(h[12:])), int(o.Uint16(h[14:]))
 	hoff := uint64(ehsize - len(h)) // file offset of e_flags
+	if int64(phoff) < 0 || int64(shoff) < 0 {
+		return nil, errAt(hoff-uint64(2*wordSize), "e_phoff %#x or e_shoff %#x above 2^63", phoff, shoff)
+	}
 	if shoff == 0 && shnum != 0 {
 		return nil, errAt(hoff+12, "e_shnum %d without a section header table", shnum)
 	}
@@ -357,6 +362,9 @@ func (f *File) readAt(p []byte, off uint64) error {
 
 // data reads n bytes at off, after checking they lie inside the file.
 func (f *File) data(off, n uint64, what string) ([]byte, error) {
+	if n == 0 {
+		return []byte{}, nil
+	}
 	if off > uint64(f.size) || n > uint64(f.size)-off {
 		return nil, errAt(off, "%s: %d bytes run past the end of the file (%d bytes)", what, n, f.size)
 	}
