@@ -1,6 +1,7 @@
 package elf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 const (
 	MaxProgs     = 1 << 16
 	MaxSections  = 1 << 16
-	MaxNameTable = 1 << 20 // bytes of the section name string table
+	MaxNameTable = 1 << 20 // bytes of the section name string table, and of all names
 )
 
 // FormatError says what is wrong with a file, and where.
@@ -315,10 +316,14 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	total := 0 // bytes of names made: every header may name the longest
 	for i, s := range f.Sections {
 		name, ok := cString(strtab, names[i])
 		if !ok {
 			return nil, errAt(shoff+uint64(i*shentsize), "section header %d: name at %d outside the section name table (%d bytes)", i, names[i], len(strtab))
+		}
+		if total += len(name); total > MaxNameTable {
+			return nil, errAt(shoff+uint64(i*shentsize), "section names of more than %d bytes in all", MaxNameTable)
 		}
 		s.Name = name
 	}
@@ -335,15 +340,23 @@ func (f *File) check(off uint64, n, ent int, what string) error {
 }
 
 // readTable reads n entries of ent bytes at off (already checked against
-// the file's size) and returns the first want bytes of each, packed.
+// the file's size) and returns the first want bytes of each, packed. Wide
+// entries are read a chunk of at most 64 KiB (or one entry) at a time.
 func (f *File) readTable(off uint64, n, ent, want int) ([]byte, error) {
 	out := make([]byte, n*want)
 	if ent == want {
 		return out, f.readAt(out, off)
 	}
-	for i := 0; i < n; i++ {
-		if err := f.readAt(out[i*want:(i+1)*want], off+uint64(i*ent)); err != nil {
+	per := max(1, (64<<10)/ent) // entries per read
+	buf := make([]byte, min(n, per)*ent)
+	for i := 0; i < n; i += per {
+		k := min(per, n-i)
+		chunk := buf[:k*ent]
+		if err := f.readAt(chunk, off+uint64(i*ent)); err != nil {
 			return nil, err
+		}
+		for j := 0; j < k; j++ {
+			copy(out[(i+j)*want:(i+j+1)*want], chunk[j*ent:])
 		}
 	}
 	return out, nil
@@ -409,12 +422,11 @@ func cString(tab []byte, off uint32) (string, bool) {
 	if uint64(off) >= uint64(len(tab)) {
 		return "", false
 	}
-	for i := int(off); i < len(tab); i++ {
-		if tab[i] == 0 {
-			return string(tab[off:i]), true
-		}
+	i := bytes.IndexByte(tab[off:], 0)
+	if i < 0 {
+		return "", false
 	}
-	return "", false
+	return string(tab[off : int(off)+i]), true
 }
 
 // Section returns the first section with the given name, or nil.

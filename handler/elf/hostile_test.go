@@ -285,7 +285,6 @@ var (
 	sFlags  = field{8, 8, 4, 8}
 	sOffset = field{16, 24, 4, 8}
 	sSize   = field{20, 32, 4, 8}
-	sLink   = field{24, 40, 4, 4}
 	sInfo   = field{28, 44, 4, 4}
 )
 
@@ -430,5 +429,59 @@ func TestShstrndxPastExtendedCount(t *testing.T) {
 	}
 	if _, err := stdParse(b); err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Logf("debug/elf on sh_link past the count: %v", err)
+	}
+}
+
+// Every section naming the same long name: the names made are bounded,
+// not sections × the longest name.
+func TestNamesBounded(t *testing.T) {
+	const n = 600
+	m := image{class: elf.ELFCLASS64, order: binary.LittleEndian}
+	m.secs = append(m.secs, sec{name: strings.Repeat("x", 4000), typ: elf.SHT_PROGBITS})
+	for i := 1; i < n; i++ {
+		m.secs = append(m.secs, sec{typ: elf.SHT_PROGBITS})
+	}
+	b, shoff := m.build()
+	if f, err := parse(b); err != nil || len(f.Sections[1].Name) != 4000 {
+		t.Fatalf("one long name: %v", err)
+	}
+	for i := 2; i <= n; i++ {
+		binary.LittleEndian.PutUint32(b[shoff+uint64(i*64):], 1) // sh_name of the long one
+	}
+	var err error
+	if a := allocated(func() { _, err = parse(b) }); a > 2*elf.MaxNameTable {
+		t.Errorf("allocated %d bytes for %d names", a, n)
+	}
+	if fe := formatErrorAt(t, "600 long names", err); !strings.Contains(fe.Msg, "in all") {
+		t.Errorf("600 long names: %v", err)
+	}
+}
+
+// Program headers wider than their fields (e_phentsize above the
+// class's) are read a chunk at a time and agree with debug/elf.
+func TestWideEntries(t *testing.T) {
+	for _, c := range classes {
+		b := sample(c.class, c.order)
+		f, _ := parse(b)
+		eh, ph := 52, 32
+		if c.class == elf.ELFCLASS64 {
+			eh, ph = 64, 56
+		}
+		for _, ent := range []int{ph + 8, 40000} {
+			// Lay the two program headers out at the wider stride,
+			// appended after the file.
+			w := append([]byte(nil), b...)
+			at := len(w)
+			w = append(w, make([]byte, 2*ent)...)
+			copy(w[at:], b[eh:eh+ph])
+			copy(w[at+ent:], b[eh+ph:eh+2*ph])
+			w = set(set(w, fPhoff, uint64(at)), fPhentsize, uint64(ent))
+			g, err := parse(w)
+			if err != nil || len(g.Progs) != 2 || g.Progs[1].ProgHeader != f.Progs[1].ProgHeader {
+				t.Errorf("%s: e_phentsize %d: %v", c.name, ent, err)
+				continue
+			}
+			compare(t, fmt.Sprintf("%s e_phentsize %d", c.name, ent), w)
+		}
 	}
 }
