@@ -82,6 +82,9 @@ type offsetReader struct {
 	size int64
 }
 
+// Size is the length of the window.
+func (o offsetReader) Size() int64 { return o.size }
+
 func (o offsetReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off >= o.size {
 		return 0, io.EOF

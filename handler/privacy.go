@@ -1,10 +1,10 @@
 package handler
 
 import (
-	"debug/elf"
 	"sort"
 
 	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/report"
 )
 

@@ -2,7 +2,7 @@ package handler
 
 import (
 	"bytes"
-	"debug/elf"
+
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/handler/report/read"
 )

@@ -3,12 +3,10 @@ package handler
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"github.com/unwound-dev/unwound/handler/jsonlite"
 	"io"
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -76,7 +74,7 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	core, _, err := coredump.ReadHeader(rec, coredump.DefaultLimits)
 	if core == nil {
 		if ch != nil {
-			ch.cmd.Process.Kill()
+			ch.proc.Kill()
 			ch.wait(deadline)
 		}
 		c.stdin.Close()
@@ -111,11 +109,17 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 
 // child is the running unwinding child.
 type child struct {
-	cmd     *exec.Cmd
+	proc    *os.Process
 	handW   *os.File // fd 3's other end
 	statusR *os.File // fd 4's other end
 	stderr  *headWriter
-	done    chan error
+	done    chan waitResult
+}
+
+// waitResult is how the child ended, once its stderr is drained.
+type waitResult struct {
+	state *os.ProcessState
+	err   error
 }
 
 // startChild starts the child on the pipe; it returns why not on failure.
@@ -130,22 +134,44 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 		handW.Close()
 		return nil, fmt.Sprintf("supervisor: %v", err)
 	}
-	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan error, 1)}
-	ch.cmd = exec.Command(o.Self, append([]string{ChildFlag, o.ConfigPath}, o.Args...)...)
-	ch.cmd.Stdin = c.stdin
-	ch.cmd.ExtraFiles = []*os.File{hand, status}
-	ch.cmd.Stderr = ch.stderr
-	ch.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = ch.cmd.Start()
-	hand.Close()
-	status.Close()
+	// fd 1 is /dev/null, as os/exec would make it (a closed fd 1 would be
+	// reused by the child's next open); stderr goes through a pipe into
+	// headWriter, for the runtime's last words.
+	null, err := os.Open(os.DevNull)
 	if err != nil {
-		handW.Close()
-		statusR.Close()
+		closeAll(hand, handW, statusR, status)
+		return nil, fmt.Sprintf("supervisor: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(hand, handW, statusR, status, null)
+		return nil, fmt.Sprintf("supervisor: %v", err)
+	}
+	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan waitResult, 1)}
+	// os.StartProcess rather than os/exec: the same fork and exec without
+	// linking os/exec's path lookup and I/O plumbing into the handler.
+	ch.proc, err = os.StartProcess(o.Self, append([]string{o.Self, ChildFlag, o.ConfigPath}, o.Args...), &os.ProcAttr{
+		Files: []*os.File{c.stdin, null, errW, hand, status},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	closeAll(hand, status, null, errW)
+	if err != nil {
+		closeAll(handW, statusR, errR)
 		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)
 	}
-	go func() { ch.done <- ch.cmd.Wait() }()
+	go func() {
+		io.Copy(ch.stderr, errR)
+		errR.Close()
+		st, err := ch.proc.Wait()
+		ch.done <- waitResult{st, err}
+	}()
 	return ch, ""
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // handOver gives the child the parent's start time, the drop counts and
@@ -167,16 +193,16 @@ func (ch *child) handOver(c *crash, prefix [][]byte) {
 // returns "" when the child stored its report, else why it did not.
 func (ch *child) wait(deadline time.Time) string {
 	defer ch.statusR.Close()
-	var err error
+	var res waitResult
 	var killed bool
 	timer := time.NewTimer(time.Until(deadline) + childGrace)
 	defer timer.Stop()
 	select {
-	case err = <-ch.done:
+	case res = <-ch.done:
 	case <-timer.C:
 		killed = true
-		ch.cmd.Process.Kill()
-		err = <-ch.done
+		ch.proc.Kill()
+		res = <-ch.done
 	}
 	ch.handW.Close()
 	var st [8]byte
@@ -188,15 +214,14 @@ func (ch *child) wait(deadline time.Time) string {
 		return "the unwinding child overran the deadline and was killed"
 	}
 	why := "the unwinding child exited without a report"
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if st := res.state; st != nil && !st.Success() {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			why = fmt.Sprintf("the unwinding child was killed by %s", report.SignalName(int(ws.Signal())))
 		} else {
-			why = fmt.Sprintf("the unwinding child exited with status %d", ee.ExitCode())
+			why = fmt.Sprintf("the unwinding child exited with status %d", st.ExitCode())
 		}
-	} else if err != nil {
-		why = fmt.Sprintf("the unwinding child: %v", err)
+	} else if res.err != nil {
+		why = fmt.Sprintf("the unwinding child: %v", res.err)
 	}
 	if line := fatalLine(ch.stderr.Bytes()); line != "" {
 		why += ": " + line

@@ -13,14 +13,60 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/install"
 )
+
+// definer is what defines the options: *flagSet here, *flag.FlagSet in
+// the test that checks both parse alike.
+type definer interface {
+	String(name, value, usage string) *string
+	Bool(name string, value bool, usage string) *bool
+	IntVar(p *int, name string, value int, usage string)
+}
+
+type mainOptions struct {
+	config, coreFile, exe, sysroot *string
+	pattern, printJSON, version    *bool
+}
+
+func defineMain(fs definer) mainOptions {
+	return mainOptions{
+		config:    fs.String("config", config.DefaultPath, "configuration `file`"),
+		pattern:   fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit"),
+		coreFile:  fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe"),
+		exe:       fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE"),
+		sysroot:   fs.String("sysroot", "/", "offline: `dir`ectory the core's file paths are relative to"),
+		printJSON: fs.Bool("print-json", false, "offline: print the report as JSON on stdout"),
+		version:   fs.Bool("version", false, "print the version and exit"),
+	}
+}
+
+func mainUsage(w io.Writer, printDefaults func()) {
+	fmt.Fprintf(w, "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
+		"  unwound-handler [--config FILE] --core-pattern\n"+
+		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N]\n"+
+		"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
+		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", handler.PatternSpecifiers)
+	printDefaults()
+}
+
+// defineInstall defines the options of install and uninstall.
+func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, cfg *string, limit *int) {
+	root = fs.String("root", "/", "the board's root `dir`ectory; other than /, files are written there and nothing is applied to the running kernel")
+	force = fs.Bool("force", false, "replace another crash handler's core_pattern (install), remove a sysctl file install did not write (uninstall)")
+	cfg = fs.String("config", cfgPath, "configuration `file` on the board")
+	limit = new(int)
+	if cmd == "install" {
+		fs.IntVar(limit, "core-pipe-limit", 4, "kernel.core_pipe_limit: `dumps` the kernel waits for at once")
+	}
+	return root, force, cfg, limit
+}
 
 func main() {
 	os.Exit(run())
@@ -44,52 +90,39 @@ func run() int {
 			Handoff: os.NewFile(3, "handoff"), Status: os.NewFile(4, "status"),
 		})
 	}
-	fs := flag.NewFlagSet("unwound-handler", flag.ContinueOnError)
-	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
-	pattern := fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit")
-	coreFile := fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe")
-	exe := fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE")
-	sysroot := fs.String("sysroot", "/", "offline: `dir`ectory the core's file paths are relative to")
-	printJSON := fs.Bool("print-json", false, "offline: print the report as JSON on stdout")
-	version := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
-			"  unwound-handler [--config FILE] --core-pattern\n"+
-			"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N]\n"+
-			"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
-			"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", handler.PatternSpecifiers)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("unwound-handler", os.Stderr)
+	o := defineMain(fs)
+	fs.usage = func() { mainUsage(fs.out, fs.PrintDefaults) }
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if err == errHelp {
 			return 0
 		}
 		return 2
 	}
 	switch {
-	case *version:
+	case *o.version:
 		fmt.Println("unwound-handler", handler.Version)
 		return 0
-	case *pattern:
+	case *o.pattern:
 		self, err := handler.Executable()
 		if err == nil {
 			var line string
-			if line, err = handler.CorePattern(self, *cfgPath); err == nil {
+			if line, err = handler.CorePattern(self, *o.config); err == nil {
 				fmt.Println(line)
 				return 0
 			}
 		}
 		fmt.Fprintln(os.Stderr, "unwound-handler:", err)
 		return 1
-	case *coreFile != "":
-		return offline(*coreFile, *exe, *sysroot, *cfgPath, *printJSON)
+	case *o.coreFile != "":
+		return offline(*o.coreFile, *o.exe, *o.sysroot, *o.config, *o.printJSON)
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		fs.showUsage()
 		return 2
 	}
 	if cmd := fs.Arg(0); cmd == "install" || cmd == "uninstall" {
-		return installCmd(cmd, *cfgPath, fs.Args()[1:])
+		return installCmd(cmd, *o.config, fs.Args()[1:])
 	}
 	// The child is this very binary, through /proc/self/exe: a package
 	// upgrade replacing the file mid-crash does not mix versions.
@@ -99,7 +132,7 @@ func run() int {
 	}
 	return handler.RunKernel(handler.KernelOptions{
 		Self:       self,
-		ConfigPath: *cfgPath,
+		ConfigPath: *o.config,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,
 		Log:        kernelLogger(),
@@ -130,16 +163,10 @@ func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
 
 // installCmd is `install` and `uninstall`: see package install.
 func installCmd(cmd, cfgPath string, args []string) int {
-	fs := flag.NewFlagSet("unwound-handler "+cmd, flag.ContinueOnError)
-	root := fs.String("root", "/", "the board's root `dir`ectory; other than /, files are written there and nothing is applied to the running kernel")
-	force := fs.Bool("force", false, "replace another crash handler's core_pattern (install), remove a sysctl file install did not write (uninstall)")
-	cfg := fs.String("config", cfgPath, "configuration `file` on the board")
-	limit := 0
-	if cmd == "install" {
-		fs.IntVar(&limit, "core-pipe-limit", 4, "kernel.core_pipe_limit: `dumps` the kernel waits for at once")
-	}
+	fs := newFlagSet("unwound-handler "+cmd, os.Stderr)
+	root, force, cfg, limit := defineInstall(fs, cmd, cfgPath)
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+		if err == errHelp {
 			return 0
 		}
 		return 2
@@ -148,7 +175,7 @@ func installCmd(cmd, cfgPath string, args []string) int {
 		fmt.Fprintf(os.Stderr, "unwound-handler %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
 	}
-	o := install.Options{Root: *root, Config: *cfg, PipeLimit: limit, Force: *force, Out: os.Stdout}
+	o := install.Options{Root: *root, Config: *cfg, PipeLimit: *limit, Force: *force, Out: os.Stdout}
 	run := install.Install
 	if cmd == "uninstall" {
 		run = install.Uninstall

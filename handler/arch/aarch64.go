@@ -1,8 +1,9 @@
 package arch
 
 import (
-	"debug/elf"
 	"encoding/binary"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // AArch64 DWARF numbers (AADWARF64 §4.1): x0–x30 are 0–30, sp is 31.

@@ -7,11 +7,11 @@
 package arch
 
 import (
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"io"
 
+	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/prologue"
 	"github.com/unwound-dev/unwound/handler/regs"
 )

@@ -1,9 +1,9 @@
 package arch
 
 import (
-	"debug/elf"
 	"encoding/binary"
 
+	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/prologue"
 )
 

@@ -1,8 +1,9 @@
 package arch
 
 import (
-	"debug/elf"
 	"encoding/binary"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // DWARF numbers, x86-64 psABI §3.6.2 figure 3.36.

@@ -1,10 +1,11 @@
 package coredump
 
 import (
-	"debug/elf"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // benchCore is a 256 MiB core of 64 segments of 4 MiB, streamed.

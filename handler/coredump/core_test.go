@@ -2,7 +2,6 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 var sampleArches = []struct {

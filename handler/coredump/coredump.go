@@ -15,9 +15,10 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // FormatError says what is wrong with a core, and where.

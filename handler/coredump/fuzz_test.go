@@ -2,11 +2,12 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // fuzzLimits keep one iteration small: the fuzzer's inputs are small, and

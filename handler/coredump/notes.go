@@ -2,28 +2,23 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"fmt"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // parseNotes walks PT_NOTE data. Notes are 4-byte aligned even in 64-bit
 // cores (fs/binfmt_elf.c writenote). Unknown notes are counted and skipped.
 func (c *Core) parseNotes(b []byte, base int64, lim Limits) error {
-	o := c.Order
-	off := 0
-	for len(b)-off >= 12 {
-		nsz, dsz, typ := uint64(o.Uint32(b[off:])), uint64(o.Uint32(b[off+4:])), o.Uint32(b[off+8:])
-		p := uint64(off + 12)
-		na, da := (nsz+3)&^3, (dsz+3)&^3
-		if na > uint64(len(b))-p || da > uint64(len(b))-p-na {
-			return &FormatError{base + int64(off), fmt.Sprintf("note (type %#x) runs past the end of PT_NOTE", typ)}
+	for off := 0; len(b)-off >= 12; {
+		n, next, err := elf.ParseNote(b, off, c.Order)
+		if err != nil {
+			return &FormatError{base + int64(off), fmt.Sprintf("note (type %#x) runs past the end of PT_NOTE", n.Type)}
 		}
-		name := string(bytes.TrimRight(b[p:p+nsz], "\x00"))
-		desc := b[p+na : p+na+dsz]
-		off = int(p + na + da)
-		if err := c.note(name, typ, desc, lim); err != nil {
-			return &FormatError{base + int64(p), err.Error()}
+		if err := c.note(n.Name, n.Type, n.Desc, lim); err != nil {
+			return &FormatError{base + int64(off) + 12, err.Error()}
 		}
+		off = next
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 type realCore struct {

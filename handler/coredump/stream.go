@@ -1,13 +1,14 @@
 package coredump
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // ReadHeader reads a core's ELF header, program headers and notes from a

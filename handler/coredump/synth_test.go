@@ -2,9 +2,10 @@ package coredump
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"io"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // This file synthesizes ELF core dumps laid out the way the kernel writes

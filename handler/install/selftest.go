@@ -2,7 +2,6 @@ package install
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/report"
 )

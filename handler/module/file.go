@@ -1,18 +1,18 @@
 package module
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // MaxSection caps how much of one section is read: no real unwind table
@@ -41,6 +41,7 @@ type File struct {
 	// EHABI indexes Exidx/Extab (nil without .ARM.exidx).
 	EHABI *ehabi.Table
 
+	symtabs    []elf.SectionHeader // .symtab, .dynsym, for FuncStart
 	symsLoaded bool
 	funcs      []uint64 // function starts, sorted (FuncStart)
 
@@ -80,9 +81,14 @@ func (f *File) ReadCode(vaddr uint64, p []byte) error {
 
 // Load reads an ELF file's identity and unwind tables. r is read with
 // bounded reads (pread), never mapped, so a file truncated underneath us is
-// an I/O error rather than a SIGBUS.
+// an I/O error rather than a SIGBUS. r must tell its size: a Size method
+// (bytes.Reader, io.SectionReader) or a Stat method (os.File).
 func Load(r io.ReaderAt) (*File, error) {
-	ef, err := elf.NewFile(r)
+	size, err := readerSize(r)
+	if err != nil {
+		return nil, err
+	}
+	ef, err := elf.NewFile(r, size)
 	if err != nil {
 		return nil, err
 	}
@@ -94,31 +100,23 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.loads = append(f.loads, seg{p.Vaddr, p.Off, p.Filesz, p.Memsz, p.Flags})
 		case elf.PT_GNU_EH_FRAME:
 			hdrProg = p
-		case elf.PT_NOTE:
-			if f.BuildID == nil {
-				f.BuildID = buildID(p.Open(), p.Filesz, ef.ByteOrder)
-			}
 		}
 	}
-	if f.BuildID == nil {
-		for _, s := range ef.Sections {
-			if s.Type == elf.SHT_NOTE && s.Type != elf.SHT_NOBITS {
-				if id := buildID(io.NewSectionReader(r, int64(s.Offset), int64(s.FileSize)), s.FileSize, ef.ByteOrder); id != nil {
-					f.BuildID = id
-					break
-				}
-			}
+	f.BuildID = ef.BuildID()
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		if s := ef.SectionByType(typ); s != nil {
+			f.symtabs = append(f.symtabs, s.SectionHeader)
 		}
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 
-	eh, ehAddr := sectionData(r, ef, ".eh_frame")
-	hdr, hdrAddr := sectionData(r, ef, ".eh_frame_hdr")
+	eh, ehAddr := sectionData(ef, ".eh_frame")
+	hdr, hdrAddr := sectionData(ef, ".eh_frame_hdr")
 	if hdr == nil && hdrProg != nil && hdrProg.Filesz <= MaxSection {
 		// Section headers stripped: PT_GNU_EH_FRAME still locates the hdr,
 		// and its eh_frame_ptr locates .eh_frame, which runs to the end of
 		// its segment at most.
-		hdr, _ = readSized(r, hdrProg.Off, hdrProg.Filesz)
+		hdr, _ = hdrProg.Data()
 		hdrAddr = hdrProg.Vaddr
 	}
 	if eh == nil && hdr != nil {
@@ -132,7 +130,7 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.EHFrame = t
 		}
 	}
-	if df, _ := sectionData(r, ef, ".debug_frame"); len(df) > 0 {
+	if df, _ := sectionData(ef, ".debug_frame"); len(df) > 0 {
 		t, err := cfi.NewDebugFrame(df, ca)
 		if err != nil {
 			f.TableErrs = append(f.TableErrs, fmt.Errorf(".debug_frame: %w", err))
@@ -140,12 +138,12 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.DebugFrame = t
 		}
 	}
-	f.Exidx, f.ExidxAddr = sectionData(r, ef, ".ARM.exidx")
-	f.Extab, f.ExtabAddr = sectionData(r, ef, ".ARM.extab")
+	f.Exidx, f.ExidxAddr = sectionData(ef, ".ARM.exidx")
+	f.Extab, f.ExtabAddr = sectionData(ef, ".ARM.extab")
 	if f.Exidx == nil {
 		for _, p := range ef.Progs {
 			if p.Type == elf.PT_ARM_EXIDX && p.Filesz <= MaxSection {
-				if b, err := readSized(r, p.Off, p.Filesz); err == nil {
+				if b, err := p.Data(); err == nil {
 					f.Exidx, f.ExidxAddr = b, p.Vaddr
 				}
 			}
@@ -192,12 +190,12 @@ func ptrSize(c elf.Class) int {
 // sections (SHF_COMPRESSED, only ever .debug_* ones) are skipped: their
 // zlib and zstd decoders would cost the handler 110 KB for a table that
 // .eh_frame or .ARM.exidx provide too, and stripped binaries have none.
-func sectionData(r io.ReaderAt, ef *elf.File, name string) ([]byte, uint64) {
+func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	s := ef.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 || s.Size == 0 || s.Size > MaxSection {
 		return nil, 0
 	}
-	b, err := readSized(r, s.Offset, s.Size)
+	b, err := s.Data()
 	if err != nil {
 		return nil, 0
 	}
@@ -241,32 +239,6 @@ func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64) ([]byte, uint64) {
 	return nil, 0
 }
 
-// buildID scans ELF notes for NT_GNU_BUILD_ID (type 3, owner "GNU").
-func buildID(r io.Reader, size uint64, order binary.ByteOrder) []byte {
-	if size > 1<<16 {
-		return nil
-	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil
-	}
-	for len(b) >= 12 {
-		nsz, dsz, typ := order.Uint32(b), order.Uint32(b[4:]), order.Uint32(b[8:])
-		b = b[12:]
-		na, da := align4(uint64(nsz)), align4(uint64(dsz))
-		if na > uint64(len(b)) || da > uint64(len(b))-na {
-			return nil
-		}
-		name := b[:nsz]
-		desc := b[na : na+uint64(dsz)]
-		if typ == 3 && bytes.Equal(bytes.TrimRight(name, "\x00"), []byte("GNU")) && len(desc) > 0 {
-			return append([]byte(nil), desc...)
-		}
-		b = b[na+da:]
-	}
-	return nil
-}
-
 // readSized reads n bytes at off, allocating as the data arrives, so that a
 // size claimed by a hostile header costs no more memory than the file holds.
 func readSized(r io.ReaderAt, off, n uint64) ([]byte, error) {
@@ -283,4 +255,17 @@ func readSized(r io.ReaderAt, off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+// readerSize is the size of the file behind r.
+func readerSize(r io.ReaderAt) (int64, error) {
+	switch r := r.(type) {
+	case interface{ Size() int64 }:
+		return r.Size(), nil
+	case interface{ Stat() (fs.FileInfo, error) }:
+		st, err := r.Stat()
+		if err != nil {
+			return 0, err
+		}
+		return st.Size(), nil
+	}
+	return 0, fmt.Errorf("module: a %T does not tell its size", r)
+}

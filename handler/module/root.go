@@ -82,6 +82,7 @@ func bounded[T any](op func() (T, error)) (T, error) {
 // boundedFile is a module file whose reads are bounded in time.
 type boundedFile struct {
 	f      *os.File
+	size   int64 // at open time
 	hung   atomic.Bool
 	closed sync.Once
 }
@@ -103,6 +104,10 @@ func (b *boundedFile) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return copy(p, buf), err
 }
+
+// Size is the file's size when it was opened (module.Load checks the
+// headers against it).
+func (b *boundedFile) Size() int64 { return b.size }
 
 func (b *boundedFile) Close() error {
 	if b.hung.Load() {
@@ -137,7 +142,7 @@ func regular(f *os.File) (io.ReaderAt, io.Closer, error) {
 		go f.Close()
 		return nil, nil, fmt.Errorf("%s: not a regular file", f.Name())
 	}
-	b := &boundedFile{f: f}
+	b := &boundedFile{f: f, size: st.Size()}
 	return b, b, nil
 }
 

@@ -2,12 +2,13 @@ package module
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // writeSeed writes b as a corpus file in go test fuzz v1 format.

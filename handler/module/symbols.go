@@ -1,8 +1,9 @@
 package module
 
 import (
-	"debug/elf"
 	"sort"
+
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // maxSymbols bounds the function-start index: libc has about 3,000
@@ -27,22 +28,16 @@ func (f *File) FuncStart(vaddr uint64) (uint64, bool) {
 }
 
 // loadFuncStarts reads the symbol tables' entries directly (ELF gABI
-// "Symbol Table"), a page at a time, without their names: debug/elf's
-// Symbols would also link its compressed-section readers and hold every
-// name in memory.
+// "Symbol Table"), a page at a time, without their names: holding every
+// name would cost memory the handler does not need.
 func (f *File) loadFuncStarts() []uint64 {
-	ef, err := elf.NewFile(f.r)
-	if err != nil {
-		return nil
-	}
 	entSize := uint64(16)
-	if ef.Class == elf.ELFCLASS64 {
+	if f.Class == elf.ELFCLASS64 {
 		entSize = 24
 	}
 	var starts []uint64
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		s := ef.SectionByType(typ)
-		if s == nil || s.Flags&elf.SHF_COMPRESSED != 0 {
+	for _, s := range f.symtabs {
+		if s.Flags&elf.SHF_COMPRESSED != 0 {
 			continue
 		}
 		n := s.Size / entSize
@@ -63,9 +58,9 @@ func (f *File) loadFuncStarts() []uint64 {
 				var info byte
 				var shndx uint16
 				if entSize == 16 {
-					value, info, shndx = uint64(ef.ByteOrder.Uint32(e[4:])), e[12], ef.ByteOrder.Uint16(e[14:])
+					value, info, shndx = uint64(f.Order.Uint32(e[4:])), e[12], f.Order.Uint16(e[14:])
 				} else {
-					info, shndx, value = e[4], ef.ByteOrder.Uint16(e[6:]), ef.ByteOrder.Uint64(e[8:])
+					info, shndx, value = e[4], f.Order.Uint16(e[6:]), f.Order.Uint64(e[8:])
 				}
 				if elf.ST_TYPE(info) == elf.STT_FUNC && value != 0 && elf.SectionIndex(shndx) != elf.SHN_UNDEF {
 					starts = append(starts, value&^1) // ARM: Thumb functions have bit 0 set

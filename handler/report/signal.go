@@ -3,8 +3,10 @@ package report
 import "strconv"
 
 // Linux signal numbers that are the same on every architecture unwound
-// supports (the generic and x86/arm numbering agree for these).
-var signalNames = map[int]string{
+// supports (the generic and x86/arm numbering agree for these). The
+// tables are arrays indexed by number, not maps: a map literal compiles
+// to code that builds it at start-up (4.8 KB of it on 32-bit ARM).
+var signalNames = [...]string{
 	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP",
 	6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1",
 	11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM",
@@ -16,32 +18,75 @@ var signalNames = map[int]string{
 
 // SignalName returns "SIGSEGV" for 11, "SIG42" for unknown numbers.
 func SignalName(n int) string {
-	if s, ok := signalNames[n]; ok {
-		return s
+	if n > 0 && n < len(signalNames) {
+		return signalNames[n]
 	}
 	return "SIG" + strconv.Itoa(n)
 }
 
-// si_code values (include/uapi/asm-generic/siginfo.h).
-var codeNames = map[int]map[int]string{
-	4:  {1: "ILL_ILLOPC", 2: "ILL_ILLOPN", 3: "ILL_ILLADR", 4: "ILL_ILLTRP", 5: "ILL_PRVOPC", 6: "ILL_PRVREG", 7: "ILL_COPROC", 8: "ILL_BADSTK", 9: "ILL_BADIADDR"},
-	5:  {1: "TRAP_BRKPT", 2: "TRAP_TRACE", 3: "TRAP_BRANCH", 4: "TRAP_HWBKPT", 5: "TRAP_UNK", 6: "TRAP_PERF"},
-	7:  {1: "BUS_ADRALN", 2: "BUS_ADRERR", 3: "BUS_OBJERR", 4: "BUS_MCEERR_AR", 5: "BUS_MCEERR_AO"},
-	8:  {1: "FPE_INTDIV", 2: "FPE_INTOVF", 3: "FPE_FLTDIV", 4: "FPE_FLTOVF", 5: "FPE_FLTUND", 6: "FPE_FLTRES", 7: "FPE_FLTINV", 8: "FPE_FLTSUB"},
-	11: {1: "SEGV_MAPERR", 2: "SEGV_ACCERR", 3: "SEGV_BNDERR", 4: "SEGV_PKUERR", 5: "SEGV_ACCADI", 6: "SEGV_ADIDERR", 7: "SEGV_ADIPERR", 8: "SEGV_MTEAERR", 9: "SEGV_MTESERR", 10: "SEGV_CPERR"},
+// si_code values (include/uapi/asm-generic/siginfo.h), per signal, indexed
+// by code.
+var (
+	illCodes  = [...]string{1: "ILL_ILLOPC", 2: "ILL_ILLOPN", 3: "ILL_ILLADR", 4: "ILL_ILLTRP", 5: "ILL_PRVOPC", 6: "ILL_PRVREG", 7: "ILL_COPROC", 8: "ILL_BADSTK", 9: "ILL_BADIADDR"}
+	trapCodes = [...]string{1: "TRAP_BRKPT", 2: "TRAP_TRACE", 3: "TRAP_BRANCH", 4: "TRAP_HWBKPT", 5: "TRAP_UNK", 6: "TRAP_PERF"}
+	busCodes  = [...]string{1: "BUS_ADRALN", 2: "BUS_ADRERR", 3: "BUS_OBJERR", 4: "BUS_MCEERR_AR", 5: "BUS_MCEERR_AO"}
+	fpeCodes  = [...]string{1: "FPE_INTDIV", 2: "FPE_INTOVF", 3: "FPE_FLTDIV", 4: "FPE_FLTOVF", 5: "FPE_FLTUND", 6: "FPE_FLTRES", 7: "FPE_FLTINV", 8: "FPE_FLTSUB"}
+	segvCodes = [...]string{1: "SEGV_MAPERR", 2: "SEGV_ACCERR", 3: "SEGV_BNDERR", 4: "SEGV_PKUERR", 5: "SEGV_ACCADI", 6: "SEGV_ADIDERR", 7: "SEGV_ADIPERR", 8: "SEGV_MTEAERR", 9: "SEGV_MTESERR", 10: "SEGV_CPERR"}
+)
+
+func codeNames(sig int) []string {
+	switch sig {
+	case 4:
+		return illCodes[:]
+	case 5:
+		return trapCodes[:]
+	case 7:
+		return busCodes[:]
+	case 8:
+		return fpeCodes[:]
+	case 11:
+		return segvCodes[:]
+	}
+	return nil
 }
 
-var genericCodes = map[int]string{
-	0: "SI_USER", 0x80: "SI_KERNEL", -1: "SI_QUEUE", -2: "SI_TIMER", -3: "SI_MESGQ",
-	-4: "SI_ASYNCIO", -5: "SI_SIGIO", -6: "SI_TKILL", -7: "SI_DETHREAD", -60: "SI_ASYNCNL",
+// genericCode names the codes of signals sent by a process or the kernel,
+// for every signal.
+func genericCode(code int) string {
+	switch code {
+	case 0:
+		return "SI_USER"
+	case 0x80:
+		return "SI_KERNEL"
+	case -1:
+		return "SI_QUEUE"
+	case -2:
+		return "SI_TIMER"
+	case -3:
+		return "SI_MESGQ"
+	case -4:
+		return "SI_ASYNCIO"
+	case -5:
+		return "SI_SIGIO"
+	case -6:
+		return "SI_TKILL"
+	case -7:
+		return "SI_DETHREAD"
+	case -60:
+		return "SI_ASYNCNL"
+	}
+	return ""
 }
 
 // CodeName names a si_code for a signal, "" when unknown.
 func CodeName(sig, code int) string {
 	if code > 0 && code < 0x80 {
-		return codeNames[sig][code]
+		if names := codeNames(sig); code < len(names) {
+			return names[code]
+		}
+		return ""
 	}
-	return genericCodes[code]
+	return genericCode(code)
 }
 
 // HasFaultAddr reports whether si_addr is meaningful for the signal and code.
