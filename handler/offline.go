@@ -15,6 +15,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/handler/jsonlite"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/report"
 )
@@ -289,9 +290,11 @@ func place(ef *elf.File, path string, bias uint64) (*module.Module, error) {
 	return m, nil
 }
 
-// PrintJSON writes a report as indented JSON.
+// PrintJSON writes a report as JSON on one line, as it is stored (the
+// handler leaves pretty-printing to jq and the host's `unwound decode`, to
+// keep an indenter out of the board binary).
 func PrintJSON(w io.Writer, r *report.Report) error {
-	b, err := r.MarshalIndent()
+	b, err := jsonlite.Marshal(r)
 	if err != nil {
 		return err
 	}

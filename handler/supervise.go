@@ -3,11 +3,12 @@ package handler
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
-	"github.com/unwound-dev/unwound/handler/jsonlite"
 	"io"
 	"os"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,8 +45,50 @@ const childGrace = 500 * time.Millisecond
 
 // handover is the state a parent passes to its child before the core bytes.
 type handover struct {
-	StartNS int64          `json:"start_ns"` // the parent's start: one deadline for both
-	Dropped map[string]int `json:"dropped,omitempty"`
+	StartNS int64 // the parent's start: one deadline for both
+	Dropped map[string]int
+}
+
+// format writes the hand-over as one line of words: the start time, then
+// reason=count for every drop count.
+func (h handover) format() []byte {
+	b := strconv.AppendInt(nil, h.StartNS, 10)
+	reasons := make([]string, 0, len(h.Dropped))
+	for r := range h.Dropped {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		b = append(b, ' ')
+		b = append(b, r...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, int64(h.Dropped[r]), 10)
+	}
+	return append(b, '\n')
+}
+
+func parseHandover(line string) (handover, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return handover{}, errors.New("empty hand-over")
+	}
+	start, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return handover{}, fmt.Errorf("hand-over start %q", f[0])
+	}
+	h := handover{StartNS: start}
+	for _, w := range f[1:] {
+		r, v, ok := strings.Cut(w, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return handover{}, fmt.Errorf("hand-over drop count %q", w)
+		}
+		if h.Dropped == nil {
+			h.Dropped = map[string]int{}
+		}
+		h.Dropped[r] = n
+	}
+	return h, nil
 }
 
 // recorder keeps every byte read through it, in the chunks read (no
@@ -178,8 +221,7 @@ func closeAll(fs ...*os.File) {
 // the core bytes read so far.
 func (ch *child) handOver(c *crash, prefix [][]byte) {
 	go func() {
-		h, _ := jsonlite.Marshal(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped})
-		ch.handW.Write(append(h, '\n'))
+		ch.handW.Write(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped}.format())
 		for _, b := range prefix {
 			if _, err := ch.handW.Write(b); err != nil {
 				break
@@ -377,7 +419,7 @@ func RunChild(o ChildOptions) int {
 	line, err := br.ReadSlice('\n')
 	var h handover
 	if err == nil {
-		err = jsonlite.Unmarshal(line, &h)
+		h, err = parseHandover(string(line))
 	}
 	if err != nil {
 		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)

@@ -239,3 +239,22 @@ func TestDumpModePolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestHandoverRoundTrip(t *testing.T) {
+	for _, h := range []handover{{StartNS: 1700000000123456789}, {StartNS: 5, Dropped: map[string]int{"rate_limit": 3, "concurrency": 1}}} {
+		got, err := parseHandover(string(h.format()))
+		if err != nil || got.StartNS != h.StartNS || len(got.Dropped) != len(h.Dropped) {
+			t.Errorf("%+v: got %+v, %v", h, got, err)
+		}
+		for k, v := range h.Dropped {
+			if got.Dropped[k] != v {
+				t.Errorf("%s: %d, want %d", k, got.Dropped[k], v)
+			}
+		}
+	}
+	for _, bad := range []string{"", "x\n", "1 a\n", "1 a=-1\n", "1 a=b\n"} {
+		if _, err := parseHandover(bad); err == nil {
+			t.Errorf("parseHandover(%q): no error", bad)
+		}
+	}
+}

@@ -93,7 +93,10 @@ func decode(args []string) error {
 		}
 		switch *format {
 		case "json":
-			err = handler.PrintJSON(os.Stdout, r)
+			var b []byte
+			if b, err = r.MarshalIndent(); err == nil {
+				_, err = os.Stdout.Write(append(b, '\n'))
+			}
 		case "text":
 			err = summary(os.Stdout, r)
 		default:

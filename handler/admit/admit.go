@@ -18,11 +18,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/unwound-dev/unwound/handler/jsonlite"
 )
 
 // Policy bounds admission.
@@ -63,9 +64,9 @@ func (e *ErrDropped) Error() string { return "crash not reported: " + e.Reason }
 
 // state is the rate file: boot-time seconds of recent reports.
 type state struct {
-	Global  []int64            `json:"global"`
-	PerExe  map[string][]int64 `json:"per_exe"`
-	Dropped map[string]int     `json:"dropped"`
+	Global  []int64
+	PerExe  map[string][]int64
+	Dropped map[string]int
 }
 
 // now is CLOCK_BOOTTIME: it does not jump when NTP sets the wall clock,
@@ -222,29 +223,103 @@ func flock(path string, how int) (*os.File, error) {
 // maxState bounds the state file: a hostile or corrupt one is reset.
 const maxState = 256 << 10
 
+// stateFile holds the state as lines of words (the handler carries no JSON
+// reader):
+//
+//	g T...          times of admitted crashes
+//	e KEY T...      the same per executable (KEY: exeKey)
+//	d REASON N      crashes dropped since the last report, by reason
+const stateFile = "rate.state"
+
 func load(dir string) *state {
-	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
-	b, err := os.ReadFile(filepath.Join(dir, "rate.json"))
-	if err != nil || len(b) > maxState || jsonlite.Unmarshal(b, st) != nil {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	st, perr := parseState(string(b))
+	if err != nil || len(b) > maxState || perr != nil {
 		return &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
-	}
-	if st.PerExe == nil {
-		st.PerExe = map[string][]int64{}
-	}
-	if st.Dropped == nil {
-		st.Dropped = map[string]int{}
 	}
 	return st
 }
 
+func parseState(text string) (*state, error) {
+	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		var times []int64
+		switch {
+		case f[0] == "g":
+			times = f2times(f[1:], &st.Global)
+		case f[0] == "e" && len(f) >= 2:
+			var ts []int64
+			times = f2times(f[2:], &ts)
+			st.PerExe[f[1]] = ts
+		case f[0] == "d" && len(f) == 3:
+			n, err := strconv.Atoi(f[2])
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("rate state: bad count %q", line)
+			}
+			st.Dropped[f[1]] = n
+			continue
+		default:
+			return nil, fmt.Errorf("rate state: bad line %q", line)
+		}
+		if times == nil {
+			return nil, fmt.Errorf("rate state: bad time in %q", line)
+		}
+	}
+	return st, nil
+}
+
+// f2times parses words as times into *dst; nil when one is not a number.
+func f2times(words []string, dst *[]int64) []int64 {
+	out := make([]int64, 0, len(words))
+	for _, w := range words {
+		t, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			return nil
+		}
+		out = append(out, t)
+	}
+	*dst = out
+	return out
+}
+
+func formatState(st *state) string {
+	var b strings.Builder
+	line := func(head string, ts []int64) {
+		b.WriteString(head)
+		for _, t := range ts {
+			b.WriteByte(' ')
+			b.WriteString(strconv.FormatInt(t, 10))
+		}
+		b.WriteByte('\n')
+	}
+	line("g", st.Global)
+	keys := make([]string, 0, len(st.PerExe))
+	for k := range st.PerExe {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		line("e "+k, st.PerExe[k])
+	}
+	keys = keys[:0]
+	for k := range st.Dropped {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString("d " + k + " " + strconv.Itoa(st.Dropped[k]) + "\n")
+	}
+	return b.String()
+}
+
 func save(dir string, st *state) error {
-	b, err := jsonlite.Marshal(st)
-	if err != nil {
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(formatState(st)), 0o600); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "rate.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "rate.json"))
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }

@@ -87,7 +87,7 @@ func TestCorruptStateIsReset(t *testing.T) {
 }
 
 func writeGarbage(dir string) error {
-	return os.WriteFile(dir+"/rate.json", []byte("{not json"), 0o600)
+	return os.WriteFile(dir+"/"+stateFile, []byte("g 12 x\nnonsense\n"), 0o600)
 }
 
 func TestPendingIsWhatTheNextReportCarries(t *testing.T) {
@@ -101,4 +101,39 @@ func TestPendingIsWhatTheNextReportCarries(t *testing.T) {
 	if got[ReasonRateGlobal] != 1 || got["queue_full"] != 1 || len(got) != 2 {
 		t.Errorf("pending %v", got)
 	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	st := &state{Global: []int64{1, 2, 3}, PerExe: map[string][]int64{"0a1b": {2}, "ffee": {}}, Dropped: map[string]int{"rate_limit": 4}}
+	got, err := parseState(formatState(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if formatState(got) != formatState(st) || len(got.PerExe) != 2 || got.Dropped["rate_limit"] != 4 || len(got.Global) != 3 {
+		t.Errorf("round trip: %q, want %q", formatState(got), formatState(st))
+	}
+	for _, bad := range []string{"x\n", "g 1 two\n", "d rate_limit -1\n", "d a\n", "e\n"} {
+		if _, err := parseState(bad); err == nil {
+			t.Errorf("parseState(%q): no error", bad)
+		}
+	}
+}
+
+// FuzzParseState: the state file is the handler's own, but on a shared
+// tmpfs; whatever it holds must parse or be refused, and what parses
+// must format back to something that parses the same.
+func FuzzParseState(f *testing.F) {
+	f.Add("g 1 2\ne 0a1b 3\nd rate_limit 4\n")
+	f.Add("")
+	f.Add("g\n\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		st, err := parseState(s)
+		if err != nil {
+			return
+		}
+		again, err := parseState(formatState(st))
+		if err != nil || formatState(again) != formatState(st) {
+			t.Fatalf("%q: does not round-trip: %v", s, err)
+		}
+	})
 }

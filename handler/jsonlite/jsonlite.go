@@ -1,13 +1,14 @@
-// Package jsonlite encodes and decodes the JSON the handler writes and
-// reads (the report, the rate-limit state), byte for byte as encoding/json
-// does for those types, in a fraction of its code: encoding/json was 130 KB
-// of the board's handler binary (docs/design.md, "Footprint").
+// Package jsonlite encodes the JSON the handler writes (the report), byte
+// for byte as encoding/json does for those types, in a fraction of its
+// code: encoding/json was 130 KB of the board's handler binary
+// (docs/design.md, "Footprint").
 //
 // Supported: structs with `json:"name,omitempty"` tags, strings, bools,
 // signed and unsigned integers, pointers, slices, maps with string keys
 // (sorted, as encoding/json sorts them), and types with a MarshalJSON
 // method. Floats, interfaces, embedded structs and Unmarshaler methods are
-// not: Marshal and Unmarshal refuse such types with an error.
+// not: Marshal refuses such types with an error. The handler reads no JSON
+// (its rate-limit state and the supervisor's hand-over are lines of words).
 package jsonlite
 
 import (
