@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/admit"
@@ -274,6 +276,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.partial = true
 	}
 	c.core = core
+	c.globalTIDs()
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
 	if c.registersOnly {
 		release()
@@ -296,6 +299,11 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
+		// While the process is held, its files are opened as it saw them
+		// (map_files: a container's files, not the handler's at the same
+		// paths); once it is released /proc/<pid> goes away.
+		mods := module.Group(fileMaps(core))
+		pre := c.preopen(mods)
 		mem, err := c.collectStream(stream)
 		if err != nil {
 			// Stacks cut short or missing: what is unwound may stop early.
@@ -304,8 +312,8 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		}
 		release() // the stacks are in hand: let the kernel finish
 		c.mem = mem
-		c.mods = module.Group(fileMaps(core))
-		c.sources = module.ProcSources(c.pid)
+		c.mods = mods
+		c.sources = append([]module.Source{pre}, module.ProcSources(c.pid)...)
 		if !otherMountNS {
 			// /proc/<pid> unusable (the process is gone): its files are
 			// taken from the handler's own root, unless it was seen in
@@ -346,24 +354,7 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	sm := &snapMem{snap: snap, live: mem}
 	c.mem = sm
 	c.mods = module.Group(maps)
-	// Open every module's file now, while map_files resolves; read them
-	// only when a PC falls in them.
-	pre := map[*module.Module]io.ReaderAt{}
-	for _, m := range c.mods {
-		for _, src := range module.ProcSources(c.pid) {
-			if r, cl, err := src(m); err == nil {
-				pre[m] = r
-				c.closers = append(c.closers, cl)
-				break
-			}
-		}
-	}
-	c.sources = []module.Source{func(m *module.Module) (io.ReaderAt, io.Closer, error) {
-		if f, ok := pre[m]; ok {
-			return f, io.NopCloser(nil), nil
-		}
-		return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
-	}}
+	c.sources = []module.Source{c.preopen(c.mods)}
 	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
 	for _, t := range c.core.Threads {
 		c.names[t.TID] = threadName(c.pid, t.TID)
@@ -385,6 +376,85 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	// snapshot: their stack windows, no longer the whole stacks.
 	c.unwindThreads(deadline, true)
 	return nil
+}
+
+// preopen opens every module's file now, while /proc/<pid>/map_files
+// resolves, and returns a source of those files; they are read only when a
+// PC falls in them. A file that could not be opened keeps its reason (a
+// FUSE mount that never answers: the timeout) for the report.
+func (c *crash) preopen(mods []*module.Module) module.Source {
+	type opened struct {
+		r   io.ReaderAt
+		err error
+	}
+	pre := map[*module.Module]opened{}
+	for _, m := range mods {
+		var errs []string
+		for _, src := range module.ProcSources(c.pid) {
+			r, cl, err := src(m)
+			if err == nil {
+				pre[m] = opened{r: r}
+				c.closers = append(c.closers, cl)
+				break
+			}
+			errs = append(errs, err.Error())
+		}
+		if _, ok := pre[m]; !ok {
+			pre[m] = opened{err: fmt.Errorf("not openable through /proc/%d: %s", c.pid, strings.Join(errs, "; "))}
+		}
+	}
+	return func(m *module.Module) (io.ReaderAt, io.Closer, error) {
+		o, ok := pre[m]
+		switch {
+		case !ok:
+			return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
+		case o.err != nil:
+			return nil, nil, o.err
+		}
+		return o.r, io.NopCloser(nil), nil
+	}
+}
+
+// globalTIDs rewrites the core's thread ids into the handler's pid
+// namespace. The kernel writes each thread's id in the crashed process's
+// own namespace (a container's 1, 2, …) while %P and %I are global: the
+// report's ids must all be one kind, and /proc/<pid>/task/<tid> takes the
+// global ones. /proc/<pid>/task/*/status has both (NSpid: global … own).
+func (c *crash) globalTIDs() {
+	if c.core == nil || c.pid <= 0 || !namespaceDiffers(c.pid, "pid") {
+		return
+	}
+	dir := fmt.Sprintf("/proc/%d/task", c.pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		c.errorf("thread ids stay the container's: %v", err)
+		return
+	}
+	toGlobal := map[int]int{}
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+				f := strings.Fields(v)
+				if len(f) >= 2 {
+					g, err1 := strconv.Atoi(f[0])
+					own, err2 := strconv.Atoi(f[len(f)-1])
+					if err1 == nil && err2 == nil {
+						toGlobal[own] = g
+					}
+				}
+				break
+			}
+		}
+	}
+	for i, t := range c.core.Threads {
+		if g, ok := toGlobal[t.TID]; ok {
+			c.core.Threads[i].TID = g
+		}
+	}
 }
 
 // namespaceDiffers reports whether process pid is known to be in another
@@ -428,14 +498,18 @@ func (c *crash) store(r *report.Report) int {
 		r.Dropped = c.dropped
 		c.log.Warnf("crashes not reported since the previous report: %v", c.dropped)
 	}
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		r.Handler.MaxRSSKiB = int64(ru.Maxrss) // int32 on 32-bit ARM
-	}
+	r.Handler.MaxRSSKiB = c.treeRSS()
 	z, err := report.Encode(r)
 	if err != nil {
 		c.log.Errorf("encoding the report: %v", err)
 		return 0
+	}
+	// Encoding allocates too: measured again, and said again if it grew.
+	if kib := c.treeRSS(); kib > r.Handler.MaxRSSKiB {
+		r.Handler.MaxRSSKiB = kib
+		if z2, err := report.Encode(r); err == nil {
+			z = z2
+		}
 	}
 	q, err := queue.Open(c.cfg.Queue.Dir, queue.Options{
 		MaxEntries:    c.cfg.Queue.MaxEntries,
@@ -482,6 +556,42 @@ func (c *crash) store(r *report.Report) int {
 	}
 	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
+	return 0
+}
+
+// treeRSS is the peak resident set of the handler's processes in KiB: its
+// own and, supervised, the supervising parent's peak so far (VmHWM: it
+// waits, holding the notes, while the child works) or, supervising, the
+// waited child's. The two run at the same time, so the sum of their peaks
+// bounds the tree's peak from above (shared pages of the binary counted
+// twice).
+func (c *crash) treeRSS() int64 {
+	var kib int64
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		kib = int64(ru.Maxrss) // int32 on 32-bit ARM
+	}
+	if c.supervisor && unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+		kib += int64(ru.Maxrss)
+	}
+	if c.parent > 0 {
+		kib += vmHWM(c.parent)
+	}
+	return kib
+}
+
+// vmHWM is a process's peak resident set in KiB, 0 when unknown.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
 	return 0
 }
 

@@ -85,6 +85,7 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		return c.store(c.minimalReport())
 	}
 	c.core = core
+	c.globalTIDs()
 	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
 
 	why := startErr
@@ -98,6 +99,7 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		c.stdin.Close()
 	}
 	c.frozen = time.Since(c.start)
+	c.supervisor = ch != nil
 	if why == "" {
 		return 0
 	}
@@ -375,6 +377,7 @@ func RunChild(o ChildOptions) int {
 		c.errs = append(c.errs, argErr.Error())
 	}
 	c.fault = childFault()
+	c.parent = os.Getppid()
 	rc := c.run(o.Stdin, br, deadline)
 	o.Status.Write([]byte("stored\n"))
 	return rc
