@@ -387,7 +387,7 @@ func serveFUSE(fd int, ready chan<- struct{}) {
 			out := make([]byte, 64)
 			le.PutUint32(out[0:], 7)
 			le.PutUint32(out[4:], 31)
-			le.PutUint32(out[8:], 128<<10) // max_readahead
+			le.PutUint32(out[8:], 128<<10)  // max_readahead
 			le.PutUint32(out[20:], 128<<10) // max_write
 			reply(unique, 0, out)
 			close(ready)
