@@ -125,6 +125,9 @@ func openFile(p string) (io.ReaderAt, io.Closer, error) {
 		}
 		return os.NewFile(uintptr(fd), p), nil
 	})
+	if err == ErrTimeout {
+		err = &os.PathError{Op: "open", Path: p, Err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,6 +160,9 @@ func openInRoot(root, path string) (io.ReaderAt, io.Closer, error) {
 		}
 		return os.NewFile(uintptr(fd), name), nil
 	})
+	if err == ErrTimeout {
+		err = &os.PathError{Op: "open", Path: name, Err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

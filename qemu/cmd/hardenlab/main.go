@@ -376,6 +376,7 @@ func serveFUSE(fd int, ready chan<- struct{}) {
 			continue
 		}
 		if err != nil || n < inHeaderLen {
+			say("FUSE-SERVER-END %v", err)
 			return
 		}
 		op := le.Uint32(buf[4:])
@@ -438,18 +439,27 @@ func serveFUSE(fd int, ready chan<- struct{}) {
 // mount neither answers nor fails), maps the file PROT_EXEC and jumps into
 // it: SIGILL with the PC in the mapping, the server thread frozen.
 func fuseCrash(mnt string) {
+	say("FUSE-START %s", mnt)
+	runtime.GOMAXPROCS(4) // the server's thread and this one, even on one CPU
 	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		fail("/dev/fuse: %v", err)
 	}
 	os.MkdirAll(mnt, 0o755)
-	ready := make(chan struct{})
-	go serveFUSE(fd, ready)
 	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fd)
 	if err := syscall.Mount("hardenlab", mnt, "fuse", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
 		fail("mount fuse: %v", err)
 	}
-	<-ready
+	// The device answers reads only once mounted (EPERM before); the
+	// kernel sends INIT without waiting for it.
+	ready := make(chan struct{})
+	go serveFUSE(fd, ready)
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		fail("no FUSE INIT in 20 s")
+	}
+	say("FUSE-MOUNTED %s", mnt)
 	holder := exec.Command("/bin/hardenlab", "hold")
 	holder.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "/dev/fuse")}
 	if err := holder.Start(); err != nil {
@@ -459,6 +469,13 @@ func fuseCrash(mnt string) {
 	f, err := os.Open(filepath.Join(mnt, fileName))
 	if err != nil {
 		fail("open: %v", err)
+	}
+	// Fill the page cache through a read(2) first: a page fault that
+	// waits on the server holds this thread's P, and with one CPU the
+	// server's goroutine would never get one back after its read(2).
+	page := make([]byte, fileSize)
+	if n, err := f.ReadAt(page, 0); n != fileSize {
+		fail("read: %d bytes, %v", n, err)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, fileSize, syscall.PROT_READ|syscall.PROT_EXEC, syscall.MAP_PRIVATE)
 	if err != nil {
@@ -501,7 +518,7 @@ func fuseRuns(modes []string) {
 		select {
 		case <-waited:
 			reaped = time.Since(start)
-		case <-time.After(90 * time.Second):
+		case <-time.After(30 * time.Second):
 		}
 		gotReport := waitReport(i+1, 30*time.Second)
 		gone, dstate, ok := waitHandlers(60 * time.Second)
