@@ -353,6 +353,7 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	c.mode = "live"
 	sm := &snapMem{snap: snap, live: mem}
 	c.mem = sm
+	seen := c.processPaths(maps)
 	c.mods = module.Group(maps)
 	c.sources = []module.Source{c.preopen(c.mods)}
 	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
@@ -360,6 +361,9 @@ func (c *crash) live(release func(), deadline time.Time) error {
 		c.names[t.TID] = threadName(c.pid, t.TID)
 	}
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
+		if p, ok := seen[exe]; ok {
+			exe = p
+		}
 		c.exe = exe
 	}
 	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
@@ -376,6 +380,27 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	// snapshot: their stack windows, no longer the whole stacks.
 	c.unwindThreads(deadline, true)
 	return nil
+}
+
+// processPaths renames the mappings of /proc/<pid>/maps to the paths the
+// process itself sees, from NT_FILE (the kernel writes those relative to
+// the crashed process's root; maps shows them relative to the reader's):
+// a container's /usr/lib/libc.so.6, not /var/lib/containers/…/usr/lib/….
+// It returns the renames, by the handler's path.
+func (c *crash) processPaths(maps []module.Mapping) map[string]string {
+	type span struct{ start, end uint64 }
+	own := map[span]string{}
+	for _, f := range c.core.Files {
+		own[span{f.Start, f.End}] = f.Path
+	}
+	renamed := map[string]string{}
+	for i, m := range maps {
+		if p, ok := own[span{m.Start, m.End}]; ok && m.Path != "" && !strings.HasPrefix(m.Path, "[") && p != m.Path {
+			renamed[m.Path] = p
+			maps[i].Path = p
+		}
+	}
+	return renamed
 }
 
 // preopen opens every module's file now, while /proc/<pid>/map_files

@@ -211,7 +211,8 @@ static void __attribute__((noinline)) park(int depth) {
 	for (;;) pause();
 }
 static void *worker(void *a) { park(3 + (int)(long)a % 4); return a; }
-static void __attribute__((noinline)) crash(void) { *(volatile int *)0 = 1; }
+static int *volatile nowhere; /* NULL the compiler cannot see */
+static void __attribute__((noinline)) crash(void) { *nowhere = 1; }
 static void __attribute__((noinline)) wait_then_crash(void) {
 	char c;
 	if (read(0, &c, 1) == 1) crash();
@@ -406,7 +407,8 @@ const ctSrc = `
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
-static void __attribute__((noinline)) null_write(void) { *(volatile int *)0 = 1; }
+static int *volatile nowhere; /* NULL the compiler cannot see */
+static void __attribute__((noinline)) null_write(void) { *nowhere = 1; }
 static void __attribute__((noinline)) step2(void) { null_write(); __asm__ volatile(""); }
 static void __attribute__((noinline)) step1(void) { step2(); __asm__ volatile(""); }
 static void *worker(void *a) {
@@ -587,8 +589,12 @@ func containerCrash(t *testing.T, arch string) {
 		if ct := rep.Crashed(); ct == nil || ct.TID != rep.TID {
 			t.Errorf("%s: the crashed thread is not tid %d: %v", mode, rep.TID, tids)
 		}
+		if exe := strings.TrimSuffix(rep.Exe, " (deleted)"); exe != "/app/ct" {
+			t.Errorf("%s: exe %q, want the container's /app/ct", mode, rep.Exe)
+		}
 		seen := map[string]bool{}
 		for _, mod := range rep.Modules {
+			t.Logf("%s: module %s build ID %s %s", mode, mod.Path, mod.BuildID, mod.Error)
 			p := strings.TrimSuffix(mod.Path, " (deleted)")
 			if strings.HasPrefix(p, "[") {
 				continue

@@ -305,6 +305,37 @@ func budget(prog string, modes []string) {
 	}
 }
 
+// kmsgHandlerLines returns the handler's log records so far, and drops
+// them: the next call returns only newer ones.
+var kmsgSeen = map[string]bool{}
+
+func kmsgHandlerLines() []string {
+	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
+	// poller, whose Read waits for more instead of returning EAGAIN.
+	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer syscall.Close(fd)
+	var out []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EPIPE {
+			continue // records overwritten meanwhile
+		}
+		if err != nil || n <= 0 {
+			break
+		}
+		rec := string(buf[:n])
+		if i := strings.IndexByte(rec, ';'); i >= 0 && !kmsgSeen[rec] && !strings.HasPrefix(rec, "6,") && !strings.HasPrefix(rec, "5,") {
+			kmsgSeen[rec] = true
+			out = append(out, strings.TrimSpace(rec[i+1:]))
+		}
+	}
+	return out
+}
+
 // --- FUSE ---
 
 // The FUSE kernel protocol (include/uapi/linux/fuse.h), the few messages
@@ -523,6 +554,9 @@ func fuseRuns(modes []string) {
 		gotReport := waitReport(i+1, 30*time.Second)
 		gone, dstate, ok := waitHandlers(60 * time.Second)
 		hs := handlers()
+		for _, l := range kmsgHandlerLines() {
+			say("LOG %s", l)
+		}
 		say("FUSE mode=%s pid=%d reaped=%v reap_ms=%d report=%v handler_gone=%v handler_gone_ms=%d dstate=%v left=%v state=%v",
 			mode, cmd.Process.Pid, reaped >= 0, reaped.Milliseconds(), gotReport, ok, (reaped + gone).Milliseconds(), dstate, len(hs), cmd.ProcessState)
 		// End the mount: the holder's descriptor is the last one, so
@@ -674,7 +708,7 @@ func containerRuns(modes []string) {
 		say("CT-READY mode=%s pid=%d said=%q tids=%s mntns=%s pidns=%s", mode, gpid, strings.TrimSpace(line), strings.Join(tm, ","), mnt, pidns)
 		in.Write([]byte{'x'}) // the worker thread crashes now
 		waited := make(chan struct{})
-		go func() { cmd.Wait(); close(waited) }()
+		go func() { cmd.Wait(); say("CT-EXIT %v", cmd.ProcessState); close(waited) }()
 		reaped := true
 		select {
 		case <-waited:
@@ -685,6 +719,9 @@ func containerRuns(modes []string) {
 		_, _, gone := waitHandlers(60 * time.Second)
 		evs := events(fd, wds)
 		unix.Close(fd)
+		for _, l := range kmsgHandlerLines() {
+			say("LOG %s", l)
+		}
 		say("CT mode=%s pid=%d reaped=%v report=%v handler_gone=%v outside_access=%q", mode, gpid, reaped, got, gone, strings.Join(evs, " "))
 		if !reaped || !got {
 			fail("mode %s: reaped %v report %v", mode, reaped, got)
