@@ -198,10 +198,8 @@ func admitPolicy(cfg *config.Config) admit.Policy {
 // with save_core_dir set, tees the core into a file there. prefix, when
 // not nil, is read before the pipe.
 func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
-	in := c.pipeReader(f, deadline)
-	if prefix != nil {
-		in = io.MultiReader(prefix, in)
-	}
+	c.pipeReader(f, deadline)
+	var in io.Reader = &coreReader{prefix: prefix, pipe: c.stdin}
 	f = c.stdin
 	released := false
 	release := func() {
@@ -250,6 +248,69 @@ func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
 	return in
 }
 
+// coreReader is the core: the bytes a supervising parent already read
+// (prefix, nil once drained), then the pipe.
+type coreReader struct {
+	prefix io.Reader
+	pipe   *os.File
+	null   int // /dev/null, opened on the first skip; -1: unusable
+}
+
+func (r *coreReader) Read(p []byte) (int, error) {
+	if r.prefix != nil {
+		n, err := r.prefix.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		r.prefix = nil
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return r.pipe.Read(p)
+}
+
+// skip discards n bytes of the core. From the pipe it splices them into
+// /dev/null: no copy through the handler's memory, one system call per
+// pipe buffer (a 1 GiB process streams 1 GiB: with 8 KiB reads into a
+// buffer that was 131,072 reads and copies). The pipe is grown to 1 MiB
+// (kernel memory, freed as it drains) so each splice moves more.
+func (r *coreReader) skip(n int64) (int64, error) {
+	if r.null == 0 {
+		r.null = -1
+		if fd, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			r.null = fd
+		}
+	}
+	rc, err := r.pipe.SyscallConn()
+	if r.prefix != nil || r.null < 0 || err != nil {
+		return io.CopyN(io.Discard, r, n)
+	}
+	rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	var done int64
+	var serr error
+	for done < n && serr == nil {
+		err := rc.Read(func(fd uintptr) bool {
+			m, e := unix.Splice(int(fd), nil, r.null, nil, int(min(n-done, 1<<20)), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case e == unix.EAGAIN:
+				return false // wait for the kernel to write more
+			case e != nil:
+				serr = e
+			case m == 0:
+				serr = io.EOF
+			default:
+				done += m
+			}
+			return true
+		})
+		if err != nil && serr == nil {
+			serr = err // the read deadline
+		}
+	}
+	return done, serr
+}
+
 // saveCore drains the rest of the core through the tee into the file.
 func (c *crash) saveCore(in io.Reader, out *os.File) {
 	c.stdin.SetReadDeadline(time.Now().Add(60 * time.Second))
@@ -290,6 +351,10 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		return c.minimalReport()
 	}
 	stream.Deadline = deadline
+	if cr, ok := in.(*coreReader); ok {
+		// What is not kept is spliced into /dev/null, never copied.
+		stream.Skip = func(_ io.Reader, n int64) (int64, error) { return cr.skip(n) }
+	}
 	if c.tid == 0 && len(core.Threads) > 0 {
 		c.tid = core.Threads[0].TID
 	}

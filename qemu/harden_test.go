@@ -264,8 +264,8 @@ func handlerBudget(t *testing.T, arch string) {
 	l := newHardenLab(t, arch)
 	big := l.cc("big", bigSrc, "-static")
 	modes := map[string]string{
-		"live":   "deadline = \"60s\"\nfreeze_budget = \"30s\"",
-		"stream": "deadline = \"60s\"\nfreeze_budget = \"30s\"\nlive = false",
+		"live":   "deadline = \"120s\"\nfreeze_budget = \"60s\"",
+		"stream": "deadline = \"120s\"\nfreeze_budget = \"60s\"\nlive = false",
 	}
 	r := l.initramfs(guest.Plan{Steps: []guest.Step{
 		{Run: []string{"/bin/hardenlab", "budget", "/bin/big", "live", "stream"}, MustSucceed: true},
