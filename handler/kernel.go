@@ -651,10 +651,10 @@ func (c *crash) store(r *report.Report) int {
 
 // treeRSS is the peak resident set of the handler's processes in KiB: its
 // own and, supervised, the supervising parent's peak so far (VmHWM: it
-// waits, holding the notes, while the child works) or, supervising, the
-// waited child's. The two run at the same time, so the sum of their peaks
-// bounds the tree's peak from above (shared pages of the binary counted
-// twice).
+// waits, holding the notes, while the child works) without the binary's
+// pages both map, or, supervising, the waited child's (an upper bound:
+// there the binary's pages count twice). The two run at the same time, so
+// the sum of their peaks bounds the pair's peak from above.
 func (c *crash) treeRSS() int64 {
 	var kib int64
 	var ru unix.Rusage
@@ -665,24 +665,34 @@ func (c *crash) treeRSS() int64 {
 		kib += int64(ru.Maxrss)
 	}
 	if c.parent > 0 {
-		kib += vmHWM(c.parent)
+		// The parent's peak, less the pages of the binary it maps (file
+		// or, on an initramfs, shmem pages): the child runs the same
+		// binary, so its own figure holds those pages already.
+		st := procStatus(c.parent)
+		if own := st["VmHWM"] - st["RssFile"] - st["RssShmem"]; own > 0 {
+			kib += own
+		}
 	}
 	return kib
 }
 
-// vmHWM is a process's peak resident set in KiB, 0 when unknown.
-func vmHWM(pid int) int64 {
+// procStatus reads the kB fields of /proc/<pid>/status.
+func procStatus(pid int) map[string]int64 {
+	out := map[string]int64{}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64); err == nil {
+			out[k] = n
 		}
 	}
-	return 0
+	return out
 }
 
 // count records a report removed from the queue, for the next report.

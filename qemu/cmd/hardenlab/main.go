@@ -165,9 +165,11 @@ func rssWrap(out string, argv []string) int {
 			for _, p := range tree {
 				st := status(p, "VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 				sum += st["VmRSS"]
-				anon += st["RssAnon"] + st["RssShmem"]
-				file += st["RssFile"]
-				maxFile = max(maxFile, st["RssFile"])
+				// The binary's pages: RssFile on a board's flash,
+				// RssShmem on the guest's initramfs.
+				anon += st["RssAnon"]
+				file += st["RssFile"] + st["RssShmem"]
+				maxFile = max(maxFile, st["RssFile"]+st["RssShmem"])
 				if st["VmHWM"] > hwm[p] {
 					hwm[p] = st["VmHWM"]
 				}
