@@ -251,8 +251,10 @@ const (
 // board's default limits (max_threads 64, stack_window_kib 256,
 // memory_limit_mib 32; only the deadline is raised for TCG), the handler
 // run through a wrapper that measures its process tree from outside. Per
-// mode: the report's max_rss_kib and the wrapper's figures at most 10 MiB,
-// the compressed report at most 2 KiB, every thread present with frames.
+// mode: the report's max_rss_kib and the wrapper's tree figure (the
+// parent's and the child's anonymous pages, the binary's pages once) at
+// most 10 MiB, the compressed report at most 2 KiB, every thread present
+// with frames.
 func TestHandlerBudget(t *testing.T) {
 	for _, arch := range hardenArches() {
 		arch := arch
