@@ -300,7 +300,7 @@ func (r *coreReader) skip(n int64) (int64, error) {
 			case m == 0:
 				serr = io.EOF
 			default:
-				done += m
+				done += int64(m) // int on 32-bit ARM
 			}
 			return true
 		})
