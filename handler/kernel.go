@@ -253,7 +253,8 @@ func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
 type coreReader struct {
 	prefix io.Reader
 	pipe   *os.File
-	null   int // /dev/null, opened on the first skip; -1: unusable
+	null   int  // /dev/null, opened on the first skip; -1: unusable
+	grown  bool // the pipe's buffer was enlarged
 }
 
 func (r *coreReader) Read(p []byte) (int, error) {
@@ -286,7 +287,10 @@ func (r *coreReader) skip(n int64) (int64, error) {
 	if r.prefix != nil || r.null < 0 || err != nil {
 		return io.CopyN(io.Discard, r, n)
 	}
-	rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	if !r.grown {
+		r.grown = true
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
 	var done int64
 	var serr error
 	for done < n && serr == nil {

@@ -263,6 +263,11 @@ func TestHandlerBudget(t *testing.T) {
 }
 
 func handlerBudget(t *testing.T, arch string) {
+	if arch == "arm" {
+		// fragments/arm.fragment: CONFIG_HIGHMEM=n with VMSPLIT_3G, so the
+		// guest's kernel maps about 760 MiB of RAM whatever -m says.
+		t.Skip("the minimal 32-bit ARM kernel has no HIGHMEM: its guest cannot hold 1 GiB touched")
+	}
 	l := newHardenLab(t, arch)
 	big := l.cc("big", bigSrc, "-static")
 	modes := map[string]string{

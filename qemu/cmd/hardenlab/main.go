@@ -290,6 +290,10 @@ func budget(prog string, modes []string) {
 			fail("%s: %v", prog, err)
 		}
 		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line == "" {
+			cmd.Wait()
+			fail("%s exited before it was ready: %v", prog, cmd.ProcessState)
+		}
 		say("BUDGET-READY mode=%s pid=%d %s rss_kib=%d setup_ms=%d", mode, cmd.Process.Pid, strings.TrimSpace(line),
 			status(cmd.Process.Pid, "VmRSS")["VmRSS"], time.Since(start).Milliseconds())
 		crashed := time.Now()
