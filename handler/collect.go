@@ -32,6 +32,15 @@ func (c *crash) stackWindows() []coredump.Range {
 		if hi < sp {
 			hi = ^uint64(0)
 		}
+		// A thread's frames are in its own stack mapping: the window
+		// stops at its end, as it does in live mode, instead of running
+		// on into the next thread's stack (64 threads would keep 16 MiB,
+		// mostly other stacks' untouched pages).
+		for _, s := range c.core.Segments {
+			if sp >= s.Vaddr && sp < s.Vaddr+s.Memsz && s.Vaddr+s.Memsz < hi {
+				hi = s.Vaddr + s.Memsz
+			}
+		}
 		rs = append(rs, coredump.Range{Lo: sp, Hi: hi})
 	}
 	// A handler on a sigaltstack returns to the main stack, whose SP only

@@ -52,6 +52,12 @@ type crash struct {
 	// line; with "registers", nothing but the notes.
 	noCmdline, registersOnly bool
 
+	// The supervision (supervise.go), for the peak RSS of both processes:
+	// parent is the supervising parent's pid in the child; supervisor is
+	// set in the parent once its child has been waited for.
+	parent     int
+	supervisor bool
+
 	fault fault // test builds only (tag unwoundfault): make the child die
 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/admit"
@@ -196,10 +198,8 @@ func admitPolicy(cfg *config.Config) admit.Policy {
 // with save_core_dir set, tees the core into a file there. prefix, when
 // not nil, is read before the pipe.
 func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
-	in := c.pipeReader(f, deadline)
-	if prefix != nil {
-		in = io.MultiReader(prefix, in)
-	}
+	c.pipeReader(f, deadline)
+	var in io.Reader = &coreReader{prefix: prefix, pipe: c.stdin}
 	f = c.stdin
 	released := false
 	release := func() {
@@ -248,6 +248,73 @@ func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
 	return in
 }
 
+// coreReader is the core: the bytes a supervising parent already read
+// (prefix, nil once drained), then the pipe.
+type coreReader struct {
+	prefix io.Reader
+	pipe   *os.File
+	null   int  // /dev/null, opened on the first skip; -1: unusable
+	grown  bool // the pipe's buffer was enlarged
+}
+
+func (r *coreReader) Read(p []byte) (int, error) {
+	if r.prefix != nil {
+		n, err := r.prefix.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		r.prefix = nil
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return r.pipe.Read(p)
+}
+
+// skip discards n bytes of the core. From the pipe it splices them into
+// /dev/null: no copy through the handler's memory, one system call per
+// pipe buffer (a 1 GiB process streams 1 GiB: with 8 KiB reads into a
+// buffer that was 131,072 reads and copies). The pipe is grown to 1 MiB
+// (kernel memory, freed as it drains) so each splice moves more.
+func (r *coreReader) skip(n int64) (int64, error) {
+	if r.null == 0 {
+		r.null = -1
+		if fd, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			r.null = fd
+		}
+	}
+	rc, err := r.pipe.SyscallConn()
+	if r.prefix != nil || r.null < 0 || err != nil {
+		return io.CopyN(io.Discard, r, n)
+	}
+	if !r.grown {
+		r.grown = true
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
+	var done int64
+	var serr error
+	for done < n && serr == nil {
+		err := rc.Read(func(fd uintptr) bool {
+			m, e := unix.Splice(int(fd), nil, r.null, nil, int(min(n-done, 1<<20)), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case e == unix.EAGAIN:
+				return false // wait for the kernel to write more
+			case e != nil:
+				serr = e
+			case m == 0:
+				serr = io.EOF
+			default:
+				done += int64(m) // int on 32-bit ARM
+			}
+			return true
+		})
+		if err != nil && serr == nil {
+			serr = err // the read deadline
+		}
+	}
+	return done, serr
+}
+
 // saveCore drains the rest of the core through the tee into the file.
 func (c *crash) saveCore(in io.Reader, out *os.File) {
 	c.stdin.SetReadDeadline(time.Now().Add(60 * time.Second))
@@ -274,6 +341,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		c.partial = true
 	}
 	c.core = core
+	c.globalTIDs()
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
 	if c.registersOnly {
 		release()
@@ -287,6 +355,10 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		return c.minimalReport()
 	}
 	stream.Deadline = deadline
+	if cr, ok := in.(*coreReader); ok {
+		// What is not kept is spliced into /dev/null, never copied.
+		stream.Skip = func(_ io.Reader, n int64) (int64, error) { return cr.skip(n) }
+	}
 	if c.tid == 0 && len(core.Threads) > 0 {
 		c.tid = core.Threads[0].TID
 	}
@@ -296,6 +368,11 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
+		// While the process is held, its files are opened as it saw them
+		// (map_files: a container's files, not the handler's at the same
+		// paths); once it is released /proc/<pid> goes away.
+		mods := module.Group(fileMaps(core))
+		pre := c.preopen(mods)
 		mem, err := c.collectStream(stream)
 		if err != nil {
 			// Stacks cut short or missing: what is unwound may stop early.
@@ -304,8 +381,8 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		}
 		release() // the stacks are in hand: let the kernel finish
 		c.mem = mem
-		c.mods = module.Group(fileMaps(core))
-		c.sources = module.ProcSources(c.pid)
+		c.mods = mods
+		c.sources = append([]module.Source{pre}, module.ProcSources(c.pid)...)
 		if !otherMountNS {
 			// /proc/<pid> unusable (the process is gone): its files are
 			// taken from the handler's own root, unless it was seen in
@@ -345,30 +422,17 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	c.mode = "live"
 	sm := &snapMem{snap: snap, live: mem}
 	c.mem = sm
+	seen := c.processPaths(maps)
 	c.mods = module.Group(maps)
-	// Open every module's file now, while map_files resolves; read them
-	// only when a PC falls in them.
-	pre := map[*module.Module]io.ReaderAt{}
-	for _, m := range c.mods {
-		for _, src := range module.ProcSources(c.pid) {
-			if r, cl, err := src(m); err == nil {
-				pre[m] = r
-				c.closers = append(c.closers, cl)
-				break
-			}
-		}
-	}
-	c.sources = []module.Source{func(m *module.Module) (io.ReaderAt, io.Closer, error) {
-		if f, ok := pre[m]; ok {
-			return f, io.NopCloser(nil), nil
-		}
-		return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
-	}}
+	c.sources = []module.Source{c.preopen(c.mods)}
 	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
 	for _, t := range c.core.Threads {
 		c.names[t.TID] = threadName(c.pid, t.TID)
 	}
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
+		if p, ok := seen[exe]; ok {
+			exe = p
+		}
 		c.exe = exe
 	}
 	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
@@ -385,6 +449,106 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	// snapshot: their stack windows, no longer the whole stacks.
 	c.unwindThreads(deadline, true)
 	return nil
+}
+
+// processPaths renames the mappings of /proc/<pid>/maps to the paths the
+// process itself sees, from NT_FILE (the kernel writes those relative to
+// the crashed process's root; maps shows them relative to the reader's):
+// a container's /usr/lib/libc.so.6, not /var/lib/containers/…/usr/lib/….
+// It returns the renames, by the handler's path.
+func (c *crash) processPaths(maps []module.Mapping) map[string]string {
+	type span struct{ start, end uint64 }
+	own := map[span]string{}
+	for _, f := range c.core.Files {
+		own[span{f.Start, f.End}] = f.Path
+	}
+	renamed := map[string]string{}
+	for i, m := range maps {
+		if p, ok := own[span{m.Start, m.End}]; ok && m.Path != "" && !strings.HasPrefix(m.Path, "[") && p != m.Path {
+			renamed[m.Path] = p
+			maps[i].Path = p
+		}
+	}
+	return renamed
+}
+
+// preopen opens every module's file now, while /proc/<pid>/map_files
+// resolves, and returns a source of those files; they are read only when a
+// PC falls in them. A file that could not be opened keeps its reason (a
+// FUSE mount that never answers: the timeout) for the report.
+func (c *crash) preopen(mods []*module.Module) module.Source {
+	type opened struct {
+		r   io.ReaderAt
+		err error
+	}
+	pre := map[*module.Module]opened{}
+	for _, m := range mods {
+		var errs []string
+		for _, src := range module.ProcSources(c.pid) {
+			r, cl, err := src(m)
+			if err == nil {
+				pre[m] = opened{r: r}
+				c.closers = append(c.closers, cl)
+				break
+			}
+			errs = append(errs, err.Error())
+		}
+		if _, ok := pre[m]; !ok {
+			pre[m] = opened{err: fmt.Errorf("not openable through /proc/%d: %s", c.pid, strings.Join(errs, "; "))}
+		}
+	}
+	return func(m *module.Module) (io.ReaderAt, io.Closer, error) {
+		o, ok := pre[m]
+		switch {
+		case !ok:
+			return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
+		case o.err != nil:
+			return nil, nil, o.err
+		}
+		return o.r, io.NopCloser(nil), nil
+	}
+}
+
+// globalTIDs rewrites the core's thread ids into the handler's pid
+// namespace. The kernel writes each thread's id in the crashed process's
+// own namespace (a container's 1, 2, …) while %P and %I are global: the
+// report's ids must all be one kind, and /proc/<pid>/task/<tid> takes the
+// global ones. /proc/<pid>/task/*/status has both (NSpid: global … own).
+func (c *crash) globalTIDs() {
+	if c.core == nil || c.pid <= 0 || !namespaceDiffers(c.pid, "pid") {
+		return
+	}
+	dir := fmt.Sprintf("/proc/%d/task", c.pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		c.errorf("thread ids stay the container's: %v", err)
+		return
+	}
+	toGlobal := map[int]int{}
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+				f := strings.Fields(v)
+				if len(f) >= 2 {
+					g, err1 := strconv.Atoi(f[0])
+					own, err2 := strconv.Atoi(f[len(f)-1])
+					if err1 == nil && err2 == nil {
+						toGlobal[own] = g
+					}
+				}
+				break
+			}
+		}
+	}
+	for i, t := range c.core.Threads {
+		if g, ok := toGlobal[t.TID]; ok {
+			c.core.Threads[i].TID = g
+		}
+	}
 }
 
 // namespaceDiffers reports whether process pid is known to be in another
@@ -428,14 +592,18 @@ func (c *crash) store(r *report.Report) int {
 		r.Dropped = c.dropped
 		c.log.Warnf("crashes not reported since the previous report: %v", c.dropped)
 	}
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		r.Handler.MaxRSSKiB = int64(ru.Maxrss) // int32 on 32-bit ARM
-	}
+	r.Handler.MaxRSSKiB = c.treeRSS()
 	z, err := report.Encode(r)
 	if err != nil {
 		c.log.Errorf("encoding the report: %v", err)
 		return 0
+	}
+	// Encoding allocates too: measured again, and said again if it grew.
+	if kib := c.treeRSS(); kib > r.Handler.MaxRSSKiB {
+		r.Handler.MaxRSSKiB = kib
+		if z2, err := report.Encode(r); err == nil {
+			z = z2
+		}
 	}
 	q, err := queue.Open(c.cfg.Queue.Dir, queue.Options{
 		MaxEntries:    c.cfg.Queue.MaxEntries,
@@ -483,6 +651,52 @@ func (c *crash) store(r *report.Report) int {
 	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
+}
+
+// treeRSS is the peak resident set of the handler's processes in KiB: its
+// own and, supervised, the supervising parent's peak so far (VmHWM: it
+// waits, holding the notes, while the child works) without the binary's
+// pages both map, or, supervising, the waited child's (an upper bound:
+// there the binary's pages count twice). The two run at the same time, so
+// the sum of their peaks bounds the pair's peak from above.
+func (c *crash) treeRSS() int64 {
+	var kib int64
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		kib = int64(ru.Maxrss) // int32 on 32-bit ARM
+	}
+	if c.supervisor && unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+		kib += int64(ru.Maxrss)
+	}
+	if c.parent > 0 {
+		// The parent's peak, less the pages of the binary it maps (file
+		// or, on an initramfs, shmem pages): the child runs the same
+		// binary, so its own figure holds those pages already.
+		st := procStatus(c.parent)
+		if own := st["VmHWM"] - st["RssFile"] - st["RssShmem"]; own > 0 {
+			kib += own
+		}
+	}
+	return kib
+}
+
+// procStatus reads the kB fields of /proc/<pid>/status.
+func procStatus(pid int) map[string]int64 {
+	out := map[string]int64{}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out
 }
 
 // count records a report removed from the queue, for the next report.

@@ -245,6 +245,23 @@ func readSized(r io.ReaderAt, off, n uint64) ([]byte, error) {
 	if off > math.MaxInt64 || n > math.MaxInt64-off {
 		return nil, fmt.Errorf("%d bytes at %#x: out of range", n, off)
 	}
+	// A size the file holds (its last byte reads) is read at once into a
+	// buffer of that size: io.ReadAll's doubling leaves up to three
+	// times the section as garbage, which is peak RSS on a board.
+	if n > 0 {
+		var last [1]byte
+		if k, _ := r.ReadAt(last[:], int64(off+n-1)); k == 1 {
+			b := make([]byte, n)
+			k, err := r.ReadAt(b, int64(off))
+			if uint64(k) == n {
+				return b, nil
+			}
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
 	b, err := io.ReadAll(io.NewSectionReader(r, int64(off), int64(n)))
 	if err != nil {
 		return nil, err

@@ -91,18 +91,31 @@ func (b *boundedFile) ReadAt(p []byte, off int64) (int, error) {
 	if b.hung.Load() {
 		return 0, ErrTimeout
 	}
-	// The read goes into a private buffer: a late read must not write
-	// into p after we returned.
-	buf, err := bounded(func() ([]byte, error) {
-		q := make([]byte, len(p))
-		n, err := b.f.ReadAt(q, off)
-		return q[:n], err
-	})
-	if err == ErrTimeout {
-		b.hung.Store(true)
-		return 0, fmt.Errorf("%s: %w", b.f.Name(), err)
+	// Each read goes into a private buffer (a late read must not write
+	// into p after we returned), 64 KiB at a time: a whole section read
+	// at once would briefly need twice its size.
+	done := 0
+	for done < len(p) {
+		n := min(len(p)-done, 64<<10)
+		at := off + int64(done)
+		buf, err := bounded(func() ([]byte, error) {
+			q := make([]byte, n)
+			k, err := b.f.ReadAt(q, at)
+			return q[:k], err
+		})
+		if err == ErrTimeout {
+			b.hung.Store(true)
+			return done, fmt.Errorf("%s: %w", b.f.Name(), err)
+		}
+		done += copy(p[done:], buf)
+		if err != nil {
+			return done, err
+		}
+		if len(buf) < n {
+			return done, io.EOF
+		}
 	}
-	return copy(p, buf), err
+	return done, nil
 }
 
 // Size is the file's size when it was opened (module.Load checks the
@@ -130,6 +143,9 @@ func openFile(p string) (io.ReaderAt, io.Closer, error) {
 		}
 		return os.NewFile(uintptr(fd), p), nil
 	})
+	if err == ErrTimeout {
+		err = &os.PathError{Op: "open", Path: p, Err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -162,6 +178,9 @@ func openInRoot(root, path string) (io.ReaderAt, io.Closer, error) {
 		}
 		return os.NewFile(uintptr(fd), name), nil
 	})
+	if err == ErrTimeout {
+		err = &os.PathError{Op: "open", Path: name, Err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
