@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
 )
@@ -177,7 +178,7 @@ func shippedReports(t *testing.T, res *Result) map[int]*report.Report {
 		if !strings.HasPrefix(name, "reports/") {
 			continue
 		}
-		r, err := report.Decode(data)
+		r, err := read.Report(data)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -282,7 +283,7 @@ func handlerBudget(t *testing.T, arch string) {
 	reps := shippedReports(t, res)
 	lens := map[int]int{}
 	for name, data := range res.Files {
-		if rp, err := report.Decode(data); err == nil && strings.HasPrefix(name, "reports/") {
+		if rp, err := read.Report(data); err == nil && strings.HasPrefix(name, "reports/") {
 			lens[rp.PID] = len(data)
 		}
 	}
