@@ -28,7 +28,12 @@ type entry struct {
 	val        any // string, int64 or bool
 }
 
-func (e entry) name() string { return e.table + "." + e.key }
+func (e entry) name() string {
+	if e.key == "" {
+		return "[" + e.table + "]"
+	}
+	return e.table + "." + e.key
+}
 
 // parseTOML splits text into entries. A syntax error is an *Error with the
 // line; path is filled in by the caller.
@@ -72,6 +77,9 @@ func parseTOML(text []byte) ([]entry, error) {
 			}
 			tables[name] = true
 			table = name
+			// The header itself is an entry (no key), so that an unknown
+			// table is an error even when it holds no keys.
+			out = append(out, entry{table: name, line: ln})
 			continue
 		}
 		key, rest, err := parseKey(s)
@@ -262,6 +270,12 @@ func (d *Duration) setText(s string) error { return d.UnmarshalText([]byte(s)) }
 // unknown key or a value of the wrong type is an error.
 func (c *Config) set(e entry) error {
 	tv, ok := field(reflect.ValueOf(c).Elem(), e.table)
+	if e.key == "" {
+		if !ok || tv.Kind() != reflect.Struct {
+			return fmt.Errorf("unknown table")
+		}
+		return nil
+	}
 	if !ok || tv.Kind() != reflect.Struct {
 		return fmt.Errorf("unknown key")
 	}

@@ -67,6 +67,8 @@ func TestTOMLSubsetRefuses(t *testing.T) {
 		{"[handler]\nlive = \"yes\"\n", "x:2: handler.live: incompatible types: want a boolean, got a string"},
 		{"[handler]\ndeadline = 5\n", "x:2: handler.deadline: incompatible types: want a string, got an integer"},
 		{"max_frames = 3\n", "x:1: .max_frames: unknown key"},
+		{"[handlr]\n", "x:1: [handlr]: unknown table"},
+		{"[0]\n", "x:1: [0]: unknown table"},
 		{"[device]\nid = \"\xff\"\n", "x:2: not UTF-8"},
 	} {
 		_, err := Parse("x", []byte(tc.text))
