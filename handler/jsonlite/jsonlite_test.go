@@ -62,12 +62,3 @@ func TestMarshalIsEncodingJSON(t *testing.T) {
 		}
 	}
 }
-
-type state struct {
-	Global  []int64            `json:"global"`
-	PerExe  map[string][]int64 `json:"per_exe"`
-	Dropped map[string]int     `json:"dropped"`
-	Name    string             `json:"name"`
-	Flag    bool               `json:"flag"`
-	Ptr     *uint16            `json:"ptr"`
-}
