@@ -395,7 +395,10 @@ func TestDeadline(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("deadline honoured after %v", d)
 	}
-	if m == nil || m.Size() != 16*4 {
+	// What was collected before the deadline is kept: the ranges before
+	// the 64 MiB segment (all four on an idle machine, fewer under load),
+	// never the one after it.
+	if m == nil || m.Size() == 0 || m.Size()%16 != 0 || m.Size() > 16*4 {
 		t.Errorf("partial memory %v", m)
 	}
 
