@@ -42,15 +42,24 @@ func parseTOML(text []byte) ([]entry, error) {
 	seen := map[string]bool{}
 	tables := map[string]bool{}
 	table := ""
-	for n, line := range strings.Split(string(text), "\n") {
+	lines := strings.Split(string(text), "\n")
+	for n, line := range lines {
 		ln := n + 1
+		if n < len(lines)-1 {
+			line = strings.TrimSuffix(line, "\r") // CRLF; a lone CR is a control character
+		}
 		bad := func(format string, a ...any) error {
 			return &Error{Line: ln, Msg: fmt.Sprintf(format, a...)}
 		}
 		if !utf8.ValidString(line) {
 			return nil, bad("not UTF-8")
 		}
-		s := strings.TrimRight(strings.TrimLeft(line, " \t"), "\r")
+		s := strings.TrimLeft(line, " \t")
+		// TOML allows no raw control character but tab, anywhere, comments
+		// and strings included (CR only as part of CRLF).
+		if i := strings.IndexFunc(s, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f) }); i >= 0 {
+			return nil, bad("control character %U (write it escaped in a string)", s[i])
+		}
 		if s == "" || s[0] == '#' {
 			continue
 		}

@@ -68,6 +68,9 @@ func TestTOMLSubsetRefuses(t *testing.T) {
 		{"[handler]\ndeadline = 5\n", "x:2: handler.deadline: incompatible types: want a string, got an integer"},
 		{"max_frames = 3\n", "x:1: .max_frames: unknown key"},
 		{"[handlr]\n", "x:1: [handlr]: unknown table"},
+		{"#\x00\n", "x:1: control character U+0000"},
+		{"[device]\nid = \"a\x01\"\n", "x:2: control character U+0001"},
+		{"[device]\r\r\n", "x:1: control character U+000D"},
 		{"[0]\n", "x:1: [0]: unknown table"},
 		{"[device]\nid = \"\xff\"\n", "x:2: not UTF-8"},
 	} {

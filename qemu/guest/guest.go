@@ -11,6 +11,7 @@ package guest
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -106,10 +107,13 @@ func ReadFiles(r io.Reader) (map[string][]byte, error) {
 		if err != nil || n < 0 || n > 1<<31 {
 			return files, fmt.Errorf("ship: %s: bad size %q", f[0], f[1])
 		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(br, data); err != nil {
-			return files, fmt.Errorf("ship: %s: cut after %d of %d bytes", f[0], len(data), n)
+		// Grow with the bytes that arrive, not with what the header
+		// claims: a cut stream must not cost a 2 GiB allocation.
+		var buf bytes.Buffer
+		if got, err := io.CopyN(&buf, br, n); err != nil {
+			return files, fmt.Errorf("ship: %s: cut after %d of %d bytes", f[0], got, n)
 		}
+		data := buf.Bytes()
 		if nl, err := br.ReadByte(); err != nil || nl != '\n' {
 			return files, fmt.Errorf("ship: %s: no newline after the data", f[0])
 		}

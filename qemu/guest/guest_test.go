@@ -32,5 +32,6 @@ func FuzzReadFiles(f *testing.F) {
 	WriteFile(&b, "a", []byte("x"))
 	f.Add(b.Bytes())
 	f.Add([]byte("UNWOUND-FILE a 99999999999 00\n"))
+	f.Add([]byte("UNWOUND-FILE a 999999999 00\nshort"))
 	f.Fuzz(func(t *testing.T, p []byte) { ReadFiles(bytes.NewReader(p)) })
 }
