@@ -247,14 +247,12 @@ func parseState(text string) (*state, error) {
 		if len(f) == 0 {
 			continue
 		}
-		var times []int64
+		var ok bool
 		switch {
 		case f[0] == "g":
-			times = f2times(f[1:], &st.Global)
+			st.Global, ok = parseTimes(f[1:])
 		case f[0] == "e" && len(f) >= 2:
-			var ts []int64
-			times = f2times(f[2:], &ts)
-			st.PerExe[f[1]] = ts
+			st.PerExe[f[1]], ok = parseTimes(f[2:])
 		case f[0] == "d" && len(f) == 3:
 			n, err := strconv.Atoi(f[2])
 			if err != nil || n < 0 {
@@ -265,25 +263,24 @@ func parseState(text string) (*state, error) {
 		default:
 			return nil, fmt.Errorf("rate state: bad line %q", line)
 		}
-		if times == nil {
+		if !ok {
 			return nil, fmt.Errorf("rate state: bad time in %q", line)
 		}
 	}
 	return st, nil
 }
 
-// f2times parses words as times into *dst; nil when one is not a number.
-func f2times(words []string, dst *[]int64) []int64 {
+// parseTimes parses words as times.
+func parseTimes(words []string) ([]int64, bool) {
 	out := make([]int64, 0, len(words))
 	for _, w := range words {
 		t, err := strconv.ParseInt(w, 10, 64)
 		if err != nil {
-			return nil
+			return nil, false
 		}
 		out = append(out, t)
 	}
-	*dst = out
-	return out
+	return out, true
 }
 
 func formatState(st *state) string {
