@@ -23,7 +23,7 @@ GOARM     ?= 7
 export GOARM
 
 export CGO_ENABLED = 0
-LDFLAGS   := -s -w -B gobuildid -X github.com/unwound-dev/unwound/handler.Version=$(VERSION)
+LDFLAGS   := -s -w -B gobuildid -X github.com/unwound-dev/unwound/internal/version.Version=$(VERSION)
 GOBUILD   := $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 BOARD_CMDS := $(notdir $(wildcard cmd/unwound-handler cmd/unwound-uploader))
 HOST_CMDS  := unwound

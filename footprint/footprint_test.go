@@ -19,7 +19,7 @@ const (
 	// Issue 10 sets 2.5 MB for the handler. Measured 2.82 MB after the TOML
 	// and JSON rewrites, 3.08 MB with `install` (its self-test, sysctl
 	// handling) and the supervising parent, then 2,490,520 B with our own
-	// zstd encoder (handler/zstdenc: klauspost/compress linked every level)
+	// zstd encoder (report/zstdenc: klauspost/compress linked every level)
 	// and without debug/elf, os/exec and flag (TestHandlerLinksNoHeavyStd).
 	handlerBudget  = 2_500_000
 	uploaderBudget = 6_000_000

@@ -4,7 +4,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/arch"
-	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/handler/unwind"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/internal/version"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // crash is everything known about one crash while the report is built.
@@ -153,7 +154,7 @@ func (c *crash) report() *report.Report {
 		Exe:     c.exe,
 		Cmdline: c.cmdline,
 		Partial: c.partial,
-		Handler: report.Handler{Version: Version, Mode: c.mode},
+		Handler: report.Handler{Version: version.Version, Mode: c.mode},
 	}
 	if r.Time == 0 {
 		r.Time = now.Unix()

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/sysctl"
 )
 
 // fakeProcSys is a /proc/sys holding the three crash settings.
@@ -22,16 +24,16 @@ func fakeProcSys(t *testing.T, pattern, limit, suid string) string {
 }
 
 func TestDrift(t *testing.T) {
-	self, err := Executable()
+	self, err := sysctl.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const cfg = "/etc/unwound/unwound.toml"
-	ours, err := CorePattern(self, cfg)
+	ours, err := sysctl.Pattern(self, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := "|/opt/unwound/bin/unwound-handler --config " + cfg + " " + PatternSpecifiers
+	other := "|/opt/unwound/bin/unwound-handler --config " + cfg + " " + sysctl.PatternSpecifiers
 	for _, tc := range []struct {
 		name, exe, pattern, limit, suid string
 		want                            []string
@@ -48,7 +50,7 @@ func TestDrift(t *testing.T) {
 		{"pipe limit at max_concurrent", self, ours, "2", "2", []string{"kernel.core_pipe_limit is 2, not above rate_limit.max_concurrent (2)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Drift(fakeProcSys(t, tc.pattern, tc.limit, tc.suid), tc.exe, cfg, 2)
+			got := sysctl.Check(fakeProcSys(t, tc.pattern, tc.limit, tc.suid), tc.exe, cfg, 2)
 			if len(got) != len(tc.want) {
 				t.Fatalf("drift %q, want %d lines like %q", got, len(tc.want), tc.want)
 			}
@@ -64,7 +66,7 @@ func TestDrift(t *testing.T) {
 	if n := strings.Count(log.String(), "drift: "); n != 3 {
 		t.Errorf("LogDrift logged %d drifts:\n%s", n, log.String())
 	}
-	if d := Drift(filepath.Join(t.TempDir(), "none"), self, cfg, 2); len(d) != 3 || !strings.Contains(d[0], "cannot read") {
+	if d := sysctl.Check(filepath.Join(t.TempDir(), "none"), self, cfg, 2); len(d) != 3 || !strings.Contains(d[0], "cannot read") {
 		t.Errorf("unreadable settings: %q", d)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 const corePatternFile = "/proc/sys/kernel/core_pattern"
@@ -99,7 +99,7 @@ func TestHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	installCorePattern(t, strings.TrimSpace(string(line)))
-	q, err := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func waitReport(t testing.TB, q *queue.Queue, pid int) *report.Report {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := read.Report(z)
+			r, err := decode.Report(z)
 			if err != nil {
 				t.Fatal(err)
 			}

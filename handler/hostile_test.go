@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // hostileCase is a crafted core and what the report must say of it.

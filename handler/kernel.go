@@ -10,14 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/arch"
-	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/internal/version"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,7 +61,7 @@ func RunKernel(o KernelOptions) int {
 	})
 	defer hard.Stop()
 
-	ka, argErr := ParseKernelArgs(o.Args)
+	ka, argErr := admit.ParseKernelArgs(o.Args)
 	if argErr != nil {
 		lg.Warnf("%v", argErr)
 	}
@@ -165,28 +166,10 @@ func (c *crash) logDrift() {
 // LogDrift logs, one warning each, how the kernel's crash settings differ
 // from what this handler needs (Drift with this executable).
 func LogDrift(lg *Logger, procSys, configPath string, maxConcurrent int) {
-	self, _ := Executable()
-	for _, d := range Drift(procSys, self, configPath, maxConcurrent) {
+	self, _ := sysctl.Executable()
+	for _, d := range sysctl.Check(procSys, self, configPath, maxConcurrent) {
 		lg.Warnf("drift: %s", d)
 	}
-}
-
-// Drift says how the kernel's crash settings under procSys (default
-// /proc/sys) differ from what the handler at handlerExe with configPath
-// needs: core_pattern not its own line (another tool overwrote it),
-// fs.suid_dumpable not 2, core_pipe_limit 0 or not above maxConcurrent.
-// With handlerExe empty any unwound-handler with configPath will do.
-func Drift(procSys, handlerExe, configPath string, maxConcurrent int) []string {
-	if procSys == "" {
-		procSys = sysctl.ProcSys
-	}
-	want := sysctl.Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/"}
-	if handlerExe != "" {
-		if p, err := CorePattern(handlerExe, configPath); err == nil {
-			want.CorePattern = p
-		}
-	}
-	return sysctl.Drift(sysctl.Read(procSys), want)
 }
 
 func admitPolicy(cfg *config.Config) admit.Policy {
@@ -573,7 +556,7 @@ func (c *crash) minimalReport() *report.Report {
 		PID: c.pid, TID: c.tid, Exe: c.exe, Partial: true, Errors: c.errs,
 		Arch:    "unknown",
 		Modules: []report.Module{}, Threads: []report.Thread{},
-		Handler: report.Handler{Version: Version, Mode: "none", DurationMS: time.Since(c.start).Milliseconds()},
+		Handler: report.Handler{Version: version.Version, Mode: "none", DurationMS: time.Since(c.start).Milliseconds()},
 	}
 	if c.arch != nil {
 		r.Arch = c.arch.Name

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 const parkedSrc = `
@@ -86,13 +86,13 @@ func TestKernelModeLive(t *testing.T) {
 		t.Fatalf("rc %d", rc)
 	}
 	t.Log(logBuf.String())
-	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	es, _ := q.List()
 	if len(es) != 1 {
 		t.Fatalf("%d queue entries, want 1", len(es))
 	}
 	z, _ := q.Read(es[0].Name)
-	live, err := read.Report(z)
+	live, err := decode.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

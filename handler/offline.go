@@ -11,13 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/arch"
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/handler/jsonlite"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/jsonlite"
 )
 
 // OfflineOptions drive --core-file: a core on disk or on stdin, modules

@@ -5,7 +5,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // nullPage is the lowest address a program can map (vm.mmap_min_addr is

@@ -15,11 +15,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // TestPrivacyPlantedSecrets crashes a real program (host kernel, under
@@ -122,7 +122,7 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain, err := read.JSON(js)
+		plain, err := decode.JSON(js)
 		if err != nil {
 			t.Fatal(err)
 		}

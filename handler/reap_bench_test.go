@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 const bigSrc = `
@@ -65,12 +66,12 @@ func BenchmarkCrashToReap(b *testing.B) {
 	os.WriteFile(streamCfg, []byte(strings.Replace(st, "[handler]\n", "[handler]\nlive = false\n", 1)), 0o644)
 	cores := filepath.Join(dir, "cores")
 	installCorePattern(b, "core") // restored at the end, whatever the modes did
-	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 
 	modes := []struct{ name, pattern string }{
 		{"true", "|/bin/true"},
-		{"unwound-live", "|" + hbin + " --config " + cfg + " " + PatternSpecifiers},
-		{"unwound-stream", "|" + hbin + " --config " + streamCfg + " " + PatternSpecifiers},
+		{"unwound-live", "|" + hbin + " --config " + cfg + " " + sysctl.PatternSpecifiers},
+		{"unwound-stream", "|" + hbin + " --config " + streamCfg + " " + sysctl.PatternSpecifiers},
 		{"kernel-file", cores + "/core.%p"},
 	}
 	total := map[string]time.Duration{}

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 func x86Core(t *testing.T, variant, scenario string) (fixture.Binary, string, bool) {
@@ -80,13 +81,13 @@ func runKernelOn(t *testing.T, core []byte, args []string, extraCfg string) *rep
 	if rc := RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: r, Log: NewLogger(&log)}); rc != 0 {
 		t.Fatalf("exit %d", rc)
 	}
-	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	es, _ := q.List()
 	if len(es) != 1 {
 		t.Fatalf("%d reports queued; log:\n%s", len(es), log.String())
 	}
 	z, _ := q.Read(es[0].Name)
-	rep, err := read.Report(z)
+	rep, err := decode.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestCorePatternFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "|" + bin + " --config /etc/unwound/unwound.toml " + PatternSpecifiers + "\n"
+	want := "|" + bin + " --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers + "\n"
 	if string(out) != want {
 		t.Errorf("got %q, want %q", out, want)
 	}
@@ -241,7 +242,7 @@ func TestCrashLoopIsRateLimited(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		crash()
 	}
-	q, _ := queue.Open(qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if es, _ := q.List(); len(es) != 2 {
 		t.Fatalf("%d reports from a loop of 5 crashes, limit 2", len(es))
 	}
@@ -249,7 +250,7 @@ func TestCrashLoopIsRateLimited(t *testing.T) {
 	crash()
 	es, _ := q.List()
 	z, _ := q.Read(es[len(es)-1].Name)
-	r, err := read.Report(z)
+	r, err := decode.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

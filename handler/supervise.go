@@ -15,11 +15,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/arch"
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -436,7 +437,7 @@ func RunChild(o ChildOptions) int {
 		os.Exit(3)
 	})
 	defer hard.Stop()
-	ka, argErr := ParseKernelArgs(o.Args[1:])
+	ka, argErr := admit.ParseKernelArgs(o.Args[1:])
 	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
 		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}, dropped: h.Dropped}
 	c.drift = func() { LogDrift(lg, "", o.Args[0], cfg.RateLimit.MaxConcurrent) }

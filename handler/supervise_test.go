@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // childRun is one run of the handler binary as the kernel would start it.
@@ -84,14 +84,14 @@ func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, h
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.Open(h.qdir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, err := queue.Open(h.qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	es, _ := q.List()
 	for _, e := range es {
 		z, _ := q.Read(e.Name)
-		r, err := read.Report(z)
+		r, err := decode.Report(z)
 		if err != nil {
 			t.Fatalf("%s: %v", e.Name, err)
 		}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 )
 
 // repoRoot is the top of the source tree (this package sits one below).
@@ -459,7 +459,7 @@ func TestInstallCross(t *testing.T) {
 		}
 	}
 	kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf"))
-	if want := "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml " + handler.PatternSpecifiers; kv["kernel.core_pattern"] != want {
+	if want := "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers; kv["kernel.core_pattern"] != want {
 		t.Errorf("core_pattern = %q, want %q", kv["kernel.core_pattern"], want)
 	}
 }

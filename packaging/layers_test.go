@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 )
 
 // The Yocto layer and the Buildroot tree cannot be built here (no bitbake,
@@ -513,7 +513,7 @@ func TestBuildrootPackage(t *testing.T) {
 	if !strings.Contains(v["UNWOUND_GO_ENV"], "CGO_ENABLED=0") {
 		t.Errorf("UNWOUND_GO_ENV = %q: want CGO_ENABLED=0 (static)", v["UNWOUND_GO_ENV"])
 	}
-	if !strings.Contains(v["UNWOUND_LDFLAGS"], modulePath(t)+"/handler.Version=$(UNWOUND_VERSION)") {
+	if !strings.Contains(v["UNWOUND_LDFLAGS"], modulePath(t)+"/internal/version.Version=$(UNWOUND_VERSION)") {
 		t.Errorf("UNWOUND_LDFLAGS = %q", v["UNWOUND_LDFLAGS"])
 	}
 	if v["UNWOUND_SOURCE"] != "unwound-$(UNWOUND_VERSION).tar.gz" {

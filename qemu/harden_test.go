@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // The hardening tests (issue 10) in QEMU guests: the handler's footprint
@@ -178,7 +178,7 @@ func shippedReports(t *testing.T, res *Result) map[int]*report.Report {
 		if !strings.HasPrefix(name, "reports/") {
 			continue
 		}
-		r, err := read.Report(data)
+		r, err := decode.Report(data)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -283,7 +283,7 @@ func handlerBudget(t *testing.T, arch string) {
 	reps := shippedReports(t, res)
 	lens := map[int]int{}
 	for name, data := range res.Files {
-		if rp, err := read.Report(data); err == nil && strings.HasPrefix(name, "reports/") {
+		if rp, err := decode.Report(data); err == nil && strings.HasPrefix(name, "reports/") {
 			lens[rp.PID] = len(data)
 		}
 	}

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // imageCase is one packaged image: the machine (kernel) architecture, the
@@ -301,7 +301,7 @@ func runImage(t *testing.T, c imageCase, kernel, baseInitrd string, sum *imageSu
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := read.Report(z)
+		rep, err := decode.Report(z)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
 			continue
@@ -367,7 +367,7 @@ func checkImageScenario(t *testing.T, c imageCase, s ImageScenario, b fixture.Bi
 		t.Fatalf("no report received for pid %d", pid)
 	}
 	z, _ := os.ReadFile(path)
-	rep, err := read.Report(z)
+	rep, err := decode.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

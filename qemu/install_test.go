@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
@@ -69,7 +69,7 @@ func TestInstallGuest(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	ours := "|" + h + " --config /etc/unwound/unwound.toml " + handler.PatternSpecifiers
+	ours := "|" + h + " --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers
 	want := map[string]string{
 		"refused/core_pattern": foreign, "refused/core_pipe_limit": "16", "refused/suid_dumpable": "0",
 		"installed/core_pattern": ours, "installed/core_pipe_limit": "4", "installed/suid_dumpable": "2",

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // Lab is one guest of the core lab: a kernel, the crash programs of one
@@ -247,7 +247,7 @@ count = 0
 		if !strings.HasPrefix(name, "reports/") {
 			continue
 		}
-		rep, err := read.Report(data)
+		rep, err := decode.Report(data)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", name, err)
 		}

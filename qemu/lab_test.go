@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // TestLab boots every architecture's minimal kernel with the real

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"github.com/unwound-dev/unwound/queue"
 )
 
 // The queue's tests on real filesystems under a real kernel (aarch64, the

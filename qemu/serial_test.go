@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // TestSerialDrain is the whole chain on a real kernel: crash on the board,
@@ -32,7 +32,7 @@ func TestSerialDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := read.Report(z)
+	r, err := decode.Report(z)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // QuarantineDir is the subdirectory of the queue for rejected entries
@@ -142,7 +142,7 @@ func (u *Uploader) Drain(ctx context.Context) (Stats, error) {
 			if err != nil {
 				return st, err
 			}
-			r, err := read.Report(data)
+			r, err := decode.Report(data)
 			if err != nil {
 				if qerr := u.quarantine(e.Name, "not a valid report: "+err.Error()); qerr != nil {
 					return st, qerr

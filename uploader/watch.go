@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/unwound-dev/unwound/handler/queue"
+	"github.com/unwound-dev/unwound/queue"
 )
 
 // Watch reports on the returned channel when an entry appears in dir

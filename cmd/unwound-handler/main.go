@@ -17,9 +17,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/install"
+	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/internal/version"
 )
 
 // definer is what defines the options: *flagSet here, *flag.FlagSet in
@@ -52,7 +54,7 @@ func mainUsage(w io.Writer, printDefaults func()) {
 		"  unwound-handler [--config FILE] --core-pattern\n"+
 		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N]\n"+
 		"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
-		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", handler.PatternSpecifiers)
+		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", sysctl.PatternSpecifiers)
 	printDefaults()
 }
 
@@ -101,13 +103,13 @@ func run() int {
 	}
 	switch {
 	case *o.version:
-		fmt.Println("unwound-handler", handler.Version)
+		fmt.Println("unwound-handler", version.Version)
 		return 0
 	case *o.pattern:
-		self, err := handler.Executable()
+		self, err := sysctl.Executable()
 		if err == nil {
 			var line string
-			if line, err = handler.CorePattern(self, *o.config); err == nil {
+			if line, err = sysctl.Pattern(self, *o.config); err == nil {
 				fmt.Println(line)
 				return 0
 			}

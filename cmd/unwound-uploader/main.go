@@ -26,10 +26,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/internal/version"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/armor"
 	"github.com/unwound-dev/unwound/uploader/serialproto"
@@ -66,12 +67,12 @@ flags:
 // handler is looked for beside the uploader (where packages install it).
 func logDrift(cfgPath string, cfg *config.Config) {
 	h := ""
-	if self, err := handler.Executable(); err == nil {
+	if self, err := sysctl.Executable(); err == nil {
 		if p := filepath.Join(filepath.Dir(self), "unwound-handler"); fileExists(p) {
 			h = p
 		}
 	}
-	for _, d := range handler.Drift(procSys, h, cfgPath, cfg.RateLimit.MaxConcurrent) {
+	for _, d := range sysctl.Check(procSys, h, cfgPath, cfg.RateLimit.MaxConcurrent) {
 		log.Printf("drift: %s", d)
 	}
 }
@@ -92,7 +93,7 @@ func run(args []string) int {
 	transport := fs.String("transport", "", "override upload.transport: `http` or serial")
 	tries := fs.Int("tries", 3, "with --once: attempts before giving up")
 	backoff := fs.Duration("backoff", time.Second, "first wait after a failed attempt; it doubles (with jitter) up to upload.interval, at most 10m")
-	version := fs.Bool("version", false, "print the version")
+	showVersion := fs.Bool("version", false, "print the version")
 	fs.Usage = usage(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,8 +101,8 @@ func run(args []string) int {
 		}
 		return 2
 	}
-	if *version {
-		fmt.Println("unwound-uploader", handler.Version)
+	if *showVersion {
+		fmt.Println("unwound-uploader", version.Version)
 		return 0
 	}
 	cfg, err := config.LoadOrDefault(*cfgPath)
@@ -112,7 +113,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	daemon := !*once && fs.NArg() == 0
-	q, err := queue.Open(cfg.Queue.Dir, queue.Options{Check: read.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+	q, err := queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
 	for err != nil && daemon {
 		// At boot the queue's filesystem may not be mounted yet: a daemon
 		// waits for it instead of dying and being restarted in a loop.
@@ -122,7 +123,7 @@ func run(args []string) int {
 			return 0
 		case <-time.After(30 * time.Second):
 		}
-		q, err = queue.Open(cfg.Queue.Dir, queue.Options{Check: read.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+		q, err = queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
 	}
 	if err != nil {
 		log.Print(err)

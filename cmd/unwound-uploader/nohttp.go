@@ -5,7 +5,7 @@ package main
 import (
 	"errors"
 
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/uploader"
 )
 

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // The queue as a person on the board sees it: `list`, `show ID`, `drop
@@ -54,7 +54,7 @@ func readReport(q *queue.Queue, name string) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return read.Report(data)
+	return decode.Report(data)
 }
 
 // findEntry resolves an ID to one entry name.

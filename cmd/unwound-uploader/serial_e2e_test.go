@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
@@ -502,7 +502,7 @@ func TestSerialDaemon(t *testing.T) {
 	}
 	t.Cleanup(func() { up.Process.Kill(); up.Wait() })
 	waitStored(t, r.out, 2, 30*time.Second, &upOut)
-	q, err := queue.Open(r.queueDir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, err := queue.Open(r.queueDir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestSerialDaemon(t *testing.T) {
 func TestSerialDaemonPolling(t *testing.T) {
 	r := newRig(t, 1, 200, faults{bps: 11520, latency: 8 * time.Millisecond})
 	_, rxLog := r.receiver(t, "--follow")
-	q, err := queue.Open(r.queueDir, queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, err := queue.Open(r.queueDir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/host/symbolize"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // fuzzSeedReport is a report as a board sends it: two modules, a crashed
@@ -57,7 +57,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte("-"))
 	root := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := read.Report(b)
+		r, err := decode.Report(b)
 		if err != nil {
 			return
 		}

@@ -17,10 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/host/symbolize"
+	"github.com/unwound-dev/unwound/internal/version"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 func main() {
@@ -31,7 +31,7 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "decode":
-		err = decode(os.Args[2:])
+		err = decodeCmd(os.Args[2:])
 	case "receive":
 		err = receive(os.Args[2:])
 	case "serve":
@@ -41,7 +41,7 @@ func main() {
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
 	case "version", "--version":
-		fmt.Println("unwound", handler.Version)
+		fmt.Println("unwound", version.Version)
 	case "help", "-h", "--help":
 		usage()
 	default:
@@ -74,7 +74,7 @@ commands:
 `)
 }
 
-func decode(args []string) error {
+func decodeCmd(args []string) error {
 	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
 	format := fs.String("format", "json", "output `format`: json or text")
 	if err := fs.Parse(args); err != nil {
@@ -148,14 +148,14 @@ func readReport(name string) (*report.Report, error) {
 	var b []byte
 	var err error
 	if name == "-" {
-		b, err = io.ReadAll(io.LimitReader(os.Stdin, read.MaxDecoded))
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, decode.MaxDecoded))
 	} else {
 		b, err = os.ReadFile(name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r, err := read.Report(b)
+	r, err := decode.Report(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

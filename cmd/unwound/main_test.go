@@ -13,10 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // serve is an HTTP receiver: what unwound-uploader's HTTP transport posts to.
@@ -127,7 +127,7 @@ func reportHandler(st *dirStore, token string, logf func(string, ...any)) http.H
 			http.Error(w, "Content-Encoding "+ce+": want zstd", http.StatusUnsupportedMediaType)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, read.MaxDecoded))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, decode.MaxDecoded))
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {

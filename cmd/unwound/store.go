@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // dirStore keeps received reports as DIR/<id>.json.zst, written
@@ -47,7 +47,7 @@ var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 // wantID, when set, must be the report's id. It returns the report, whether
 // it was new, and a validation error (the sender's fault) or a local one.
 func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
-	r, derr := read.Report(data)
+	r, derr := decode.Report(data)
 	if derr != nil {
 		return nil, false, derr, nil
 	}

@@ -22,11 +22,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/kuser"
-	"github.com/unwound-dev/unwound/handler/queue"
 	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/queue"
 )
 
 // ConfPath is the file install writes, on the board.
@@ -114,7 +113,7 @@ func (o *Options) Pattern() (string, error) {
 	exe := o.Exe
 	if exe == "" {
 		var err error
-		if exe, err = handler.Executable(); err != nil {
+		if exe, err = sysctl.Executable(); err != nil {
 			return "", err
 		}
 	} else if r, err := filepath.EvalSymlinks(exe); err == nil {
@@ -129,7 +128,7 @@ func (o *Options) Pattern() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return handler.CorePattern(board, o.Config)
+	return sysctl.Pattern(board, o.Config)
 }
 
 // Foreign is another handler's core_pattern that install would replace.

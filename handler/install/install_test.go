@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/sysctl"
 )
 
@@ -194,7 +193,7 @@ func TestInstallScratchRoot(t *testing.T) {
 	}
 	kv := sysctl.ParseConf(text)
 	pattern := boardPattern(t, root)
-	if pattern != "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml "+handler.PatternSpecifiers {
+	if pattern != "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml "+sysctl.PatternSpecifiers {
 		t.Errorf("the handler prints %q", pattern)
 	}
 	wantKV := []sysctl.KV{{Key: sysctl.CorePattern, Value: pattern}, {Key: sysctl.PipeLimit, Value: "4"}, {Key: sysctl.SuidDumpable, Value: "2"}}

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/arch"
-	"github.com/unwound-dev/unwound/handler/config"
 	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // The self-test: before `install` points the kernel at the handler, the

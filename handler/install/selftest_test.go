@@ -3,7 +3,7 @@ package install
 import (
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/arch"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
 // TestSelfTestEveryArch runs the install self-test for every architecture

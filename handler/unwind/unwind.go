@@ -11,9 +11,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/arch"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
 
 // Methods recorded per frame.

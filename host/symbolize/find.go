@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // candidate is one place a module's symbols may be.

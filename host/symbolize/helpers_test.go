@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
 )
 
 func need(t testing.TB, tools ...string) {

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
-	"github.com/unwound-dev/unwound/handler/report"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // Options say where debug files are.

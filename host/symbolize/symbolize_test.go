@@ -11,11 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/handler/config"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/report"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
 )
 
 var cases = []struct{ variant, scenario string }{

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // Report returns an encoded valid report with about frames random PCs (the
@@ -40,7 +40,7 @@ func Report(rng *rand.Rand, comm string, frames int) (id string, data []byte) {
 
 // Queue opens a queue in a temp directory.
 func Queue(t testing.TB) *queue.Queue {
-	q, err := queue.Open(t.TempDir(), queue.Options{Check: read.Entry, AllowVolatile: true})
+	q, err := queue.Open(t.TempDir(), queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
 	}

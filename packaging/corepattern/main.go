@@ -12,14 +12,14 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 )
 
 func main() {
 	exe := flag.String("exe", "", "absolute `path` the handler is installed at on the board")
 	cfg := flag.String("config", "", "configuration `file` on the board")
 	flag.Parse()
-	line, err := handler.CorePattern(*exe, *cfg)
+	line, err := sysctl.Pattern(*exe, *cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corepattern:", err)
 		os.Exit(1)

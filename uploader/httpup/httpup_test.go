@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/report/read"
 	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
 )
@@ -51,7 +51,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	body, _ := io.ReadAll(r.Body)
-	rep, err := read.Report(body)
+	rep, err := decode.Report(body)
 	if err != nil || rep.ID != r.Header.Get("X-Unwound-Report-Id") {
 		http.Error(w, "bad report", http.StatusBadRequest)
 		return

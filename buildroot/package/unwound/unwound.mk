@@ -30,7 +30,7 @@ UNWOUND_BUILD_TARGETS = cmd/unwound-handler cmd/unwound-uploader
 # comes after it on the command line and wins). -B gobuildid: a GNU build ID
 # (Go before 1.24 writes none). Buildroot strips the binaries itself.
 UNWOUND_GO_ENV = CGO_ENABLED=0
-UNWOUND_LDFLAGS = -B gobuildid -X github.com/unwound-dev/unwound/handler.Version=$(UNWOUND_VERSION)
+UNWOUND_LDFLAGS = -B gobuildid -X github.com/unwound-dev/unwound/internal/version.Version=$(UNWOUND_VERSION)
 
 ifeq ($(BR2_INIT_SYSTEMD),y)
 UNWOUND_INIT = systemd

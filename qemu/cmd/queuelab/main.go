@@ -36,9 +36,9 @@ import (
 	"unsafe"
 
 	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/queue"
-	"github.com/unwound-dev/unwound/handler/report"
-	"github.com/unwound-dev/unwound/handler/report/read"
+	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 var outMu sync.Mutex
@@ -188,7 +188,7 @@ const (
 // kills the machine. A "STORED" line is printed only after Put returned,
 // that is after the rename and the directory's fsync.
 func powercut() {
-	q, err := queue.Open(qdir, queue.Options{Check: read.Entry, MaxEntries: pcMaxEntries, MaxBytes: pcMaxBytes})
+	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, MaxEntries: pcMaxEntries, MaxBytes: pcMaxBytes})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -474,7 +474,7 @@ func crashStorm(n int) (p50, p90, p99 int64, maxH int, minAvail int64) {
 // holds and the drops the reports and the admission state carry.
 func stormCounts(n int) {
 	crashStorm(n)
-	q, err := queue.Open(qdir, queue.Options{Check: read.Entry})
+	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -486,7 +486,7 @@ func stormCounts(n int) {
 		if err != nil {
 			fail("read %s: %v", e.Name, err)
 		}
-		r, err := read.Report(b)
+		r, err := decode.Report(b)
 		if r == nil {
 			fail("decode %s: %v", e.Name, err)
 		}
@@ -550,7 +550,7 @@ func sectorsWritten(dev string) int64 {
 // times with a plain write+fsync into new files (the baseline), and prints
 // the time and the disk's written bytes of each.
 func bench(n int) {
-	q, err := queue.Open(qdir, queue.Options{Check: read.Entry, MaxEntries: n + 1, MaxBytes: 1 << 30})
+	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, MaxEntries: n + 1, MaxBytes: 1 << 30})
 	if err != nil {
 		fail("%v", err)
 	}

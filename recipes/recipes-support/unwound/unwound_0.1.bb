@@ -61,7 +61,7 @@ UNWOUND_INIT ?= "${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', \
 CGO_ENABLED = "0"
 GO_LINKSHARED = ""
 GOBUILDFLAGS:remove = "-buildmode=pie"
-GO_EXTRA_LDFLAGS = "-B gobuildid -X ${GO_IMPORT}/handler.Version=${PV}"
+GO_EXTRA_LDFLAGS = "-B gobuildid -X ${GO_IMPORT}/internal/version.Version=${PV}"
 export GOFLAGS = "-mod=vendor"
 export GOPROXY = "off"
 export GO111MODULE = "on"

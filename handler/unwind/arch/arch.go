@@ -1,0 +1,151 @@
+// Package arch holds the per-architecture facts the unwinder needs, as data:
+// how NT_PRSTATUS lays out the registers, which DWARF registers are the stack
+// pointer, frame pointer and link register, what a frame record looks like,
+// and how to recognise a signal-return trampoline and where the kernel saved
+// the interrupted registers. The unwinder loop never switches on the
+// architecture: it reads these tables.
+package arch
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/handler/unwind/prologue"
+	"github.com/unwound-dev/unwound/handler/unwind/regs"
+)
+
+// Arch describes one target architecture.
+type Arch struct {
+	Name    string // the report's name: "x86_64", "aarch64", "arm", "riscv64"
+	Machine elf.Machine
+	Class   elf.Class
+	PtrSize int
+	Order   binary.ByteOrder
+
+	SP int // DWARF number of the stack pointer
+	FP int // DWARF number of the frame pointer
+	LR int // DWARF number of the link register, -1 when calls push the return address
+	RA int // default return-address column of CFI
+
+	// PRStatus maps pr_reg words, in the kernel's order, to DWARF numbers.
+	// PRStatusPC is the index of the program counter in pr_reg.
+	PRStatus   []int
+	PRStatusPC int
+	// PRStatusMin is the fewest pr_reg words a valid NT_PRSTATUS carries.
+	PRStatusMin int
+
+	// FrameRecord is where a frame-pointer chain keeps the caller's frame
+	// pointer and return address, as offsets from the frame pointer.
+	FrameRecord struct{ PrevFP, RA int64 }
+
+	// MinInsn is the size of the shortest call instruction: caller frames
+	// look up unwind rules at return address − 1, and a return address
+	// below this is garbage.
+	MinInsn uint64
+
+	// Sigreturns lists the kernel and libc signal-return trampolines.
+	Sigreturns []Sigreturn
+
+	// PACStrip says return addresses may carry pointer-authentication bits
+	// that must be cleared (AArch64).
+	PACStrip bool
+
+	// ThumbBit says code addresses carry the instruction set in bit 0
+	// (ARM32: set for Thumb). Reported PCs have it cleared, as gdb and
+	// addr2line expect; the state goes in the frame.
+	ThumbBit bool
+	// Prologue analyses a function's prologue from its start to pc (file
+	// addresses; code holds the bytes at start), for code without unwind
+	// tables. nil where tables are complete (x86_64, AArch64).
+	Prologue func(code []byte, start, pc uint64, thumb bool) (*prologue.Frame, error)
+
+	// PRStatusCPSR is the pr_reg index of a status word whose bit 5 is the
+	// Thumb state (ARM32 CPSR); -1 when there is none.
+	PRStatusCPSR int
+}
+
+// Sigreturn describes a signal-return trampoline: its instruction bytes and
+// where the kernel's signal frame keeps the interrupted registers.
+type Sigreturn struct {
+	Name string
+	Code []byte // instruction bytes; the PC is at their start (return address of the handler)
+	// Regs is the offset from SP (at the trampoline) to the saved register
+	// block; Slots maps DWARF registers to offsets inside that block, and
+	// PCSlot is the offset of the interrupted program counter.
+	Regs   int64
+	Slots  []Slot
+	PCSlot int64
+	// CPSRSlot, when non-zero, is the offset of the saved status word whose
+	// bit 5 is the interrupted code's Thumb state (ARM32).
+	CPSRSlot int64
+}
+
+// Slot is one saved register in a signal frame.
+type Slot struct {
+	Reg int
+	Off int64
+}
+
+// ByMachine returns the architecture of an ELF core or binary.
+func ByMachine(m elf.Machine, c elf.Class) (*Arch, error) {
+	for _, a := range all {
+		if a.Machine == m && a.Class == c {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("arch: unsupported machine %v (%v)", m, c)
+}
+
+// ByName returns the architecture with the report name n.
+func ByName(n string) (*Arch, error) {
+	for _, a := range all {
+		if a.Name == n {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("arch: unknown architecture %q", n)
+}
+
+var all = []*Arch{X86_64, AArch64, RISCV64, ARM}
+
+// FromPRStatus returns the program counter and the DWARF register set of a
+// thread from its NT_PRSTATUS pr_reg words.
+func (a *Arch) FromPRStatus(words []uint64) (pc uint64, rs regs.Set, err error) {
+	if len(words) < a.PRStatusMin {
+		return 0, rs, fmt.Errorf("arch %s: NT_PRSTATUS has %d registers, want at least %d", a.Name, len(words), a.PRStatusMin)
+	}
+	for i, n := range a.PRStatus {
+		if n >= 0 && i < len(words) {
+			rs.Set(n, words[i])
+		}
+	}
+	return words[a.PRStatusPC], rs, nil
+}
+
+// StripPAC clears pointer-authentication bits from a return address. mask
+// is the kernel's NT_ARM_PAC_MASK insn mask, or 0 when unknown, in which
+// case everything above a 48-bit user address space is cleared.
+func (a *Arch) StripPAC(v, mask uint64) uint64 {
+	if !a.PACStrip {
+		return v
+	}
+	if mask == 0 {
+		mask = 0xffff_0000_0000_0000
+	}
+	return v &^ mask
+}
+
+// ReadPtr reads one pointer-sized word at addr.
+func (a *Arch) ReadPtr(mem io.ReaderAt, addr uint64) (uint64, error) {
+	var b [8]byte
+	p := b[:a.PtrSize]
+	if _, err := mem.ReadAt(p, int64(addr)); err != nil {
+		return 0, err
+	}
+	if a.PtrSize == 4 {
+		return uint64(a.Order.Uint32(p)), nil
+	}
+	return a.Order.Uint64(p), nil
+}

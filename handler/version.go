@@ -1,4 +1,0 @@
-package handler
-
-// Version is set by the build (-ldflags -X); "dev" in tests.
-var Version = "dev"

@@ -1,0 +1,100 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/unwound-dev/unwound/report/jsonlite"
+)
+
+func sample() *Report {
+	fa := Hex(0)
+	return &Report{
+		Version: Version, ID: NewID(), Time: 1790000000, TimeTrusted: true,
+		Arch: "aarch64", PID: 42, TID: 43, Comm: "crash", Exe: "/usr/bin/crash",
+		Signal: Signal{Number: 11, Name: "SIGSEGV", Code: 1, CodeName: "SEGV_MAPERR", FaultAddr: &fa},
+		Modules: []Module{{Path: "/usr/bin/crash", BuildID: "ab12", BuildIDKind: "gnu",
+			Start: 0x400000, End: 0x401000, RuntimeOffset: 0x400000}},
+		Threads: []Thread{{TID: 43, Crashed: true, StopReason: "end_of_stack",
+			Frames: []Frame{{PC: 0x400123, Method: "context", Exact: true}, {PC: 0x400456, Method: "cfi", Module: 0}}}},
+		Handler: Handler{Version: "test", Mode: "live"},
+	}
+}
+
+func TestAddressesAreHexStrings(t *testing.T) {
+	js, _ := json.Marshal(sample())
+	for _, want := range []string{`"pc":"0x400123"`, `"start":"0x400000"`, `"fault_addr":"0x0"`} {
+		if !bytes.Contains(js, []byte(want)) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
+	}
+}
+
+func TestNewIDIsUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewID()
+		if len(id) != 32 || seen[id] {
+			t.Fatalf("id %q (len %d, seen %v)", id, len(id), seen[id])
+		}
+		seen[id] = true
+	}
+}
+
+func TestSignalNames(t *testing.T) {
+	if SignalName(11) != "SIGSEGV" || CodeName(11, 1) != "SEGV_MAPERR" || CodeName(6, -6) != "SI_TKILL" {
+		t.Error("signal naming")
+	}
+	if !HasFaultAddr(11, 1) || HasFaultAddr(6, -6) {
+		t.Error("fault address rule")
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	r := sample()
+	for i := 0; i < 6; i++ {
+		r.Threads = append(r.Threads, r.Threads[0])
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Encode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The handler encodes with jsonlite; hosts decode with encoding/json. Both
+// must agree byte for byte on every field.
+func TestEncodingIsEncodingJSON(t *testing.T) {
+	fa := Hex(0xdeadbeef)
+	r := &Report{
+		Version: Version, ID: "0123456789abcdef0123456789abcdef", Time: 1767225601, TimeTrusted: true,
+		BootID: "b", DeviceID: "d", Kernel: "6.1.0 <&>", Arch: "arm",
+		Signal: Signal{Number: 11, Name: "SIGSEGV", Code: 1, CodeName: "SEGV_MAPERR", FaultAddr: &fa},
+		PID:    1, TID: 2, Comm: "c\u2028\xff", Exe: "/bin/x", Cmdline: []string{"x", "-v"},
+		Modules: []Module{{Path: "/bin/x", BuildID: "ab", BuildIDKind: "gnu", Start: 0x1000, End: 0x2000, RuntimeOffset: 0x1000, Error: "e"}},
+		Threads: []Thread{{TID: 2, Name: "t", Crashed: true, Frames: []Frame{{PC: 0x1004, Method: "context", Exact: true, Thumb: true, Note: "n"}, {PC: 0x1008, Method: "cfi", Module: -1}}, StopReason: "end", StopDetail: "d", Elided: 3, ElidedAt: 1}, {Frames: []Frame{}}},
+		Partial: true, Errors: []string{"x"}, Dropped: map[string]int{"rate_limit": 2, "queue_full": 1},
+		Handler: Handler{Version: "v", Mode: "live", DurationMS: 3, FrozenMS: 1, MaxRSSKiB: 5000},
+	}
+	for _, r := range []*Report{r, {Version: Version}} {
+		want, _ := json.Marshal(r)
+		got, err := jsonlite.Marshal(r)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("jsonlite:\n%s (%v)\nencoding/json:\n%s", got, err, want)
+		}
+		want, _ = json.MarshalIndent(r, "", "  ")
+		if got, err := r.MarshalIndent(); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("indented: jsonlite:\n%s (%v)\nencoding/json:\n%s", got, err, want)
+		}
+	}
+}
+
+func TestMaskToPage(t *testing.T) {
+	for in, want := range map[Hex]Hex{0: 0, 0x10: 0, 0xdeadbeef: 0xdeadb000, 0xffff_8000_1234_5fff: 0xffff_8000_1234_5000} {
+		if got := MaskToPage(in); got != want {
+			t.Errorf("MaskToPage(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
