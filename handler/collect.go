@@ -46,7 +46,7 @@ func (c *crash) stackWindows() []coredump.Range {
 	// A handler on a sigaltstack returns to the main stack, whose SP only
 	// the signal frame knows. Keep the top of the main stack too: it holds
 	// the auxiliary vector's strings (AT_EXECFN), and main's callers.
-	if top, ok := c.core.AuxvValue(31); ok && top > 4*win { // AT_EXECFN
+	if top, ok := c.core.AuxvValue(coredump.AT_EXECFN); ok && top > 4*win {
 		for _, s := range c.core.Segments {
 			if top >= s.Vaddr && top < s.Vaddr+s.Memsz {
 				lo := s.Vaddr + s.Memsz - 4*win

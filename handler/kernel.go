@@ -16,7 +16,6 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
@@ -329,7 +328,8 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 	if c.registersOnly {
 		release()
 		c.frozen = time.Since(c.start)
-		return c.registersReport()
+		c.registersResults()
+		return c.report()
 	}
 	c.fault.at("unwind")
 	if err != nil {
@@ -548,25 +548,11 @@ func vdsoBase(core *coredump.Core) uint64 {
 	return v
 }
 
-// minimalReport is what is known without a usable core: the kernel's
-// arguments.
+// minimalReport is the report of a core that cannot be used: the
+// kernel's arguments and what went wrong.
 func (c *crash) minimalReport() *report.Report {
-	r := &report.Report{
-		Version: report.Version, ID: report.NewID(), Time: c.kernelTime,
-		PID: c.pid, TID: c.tid, Exe: c.exe, Partial: true, Errors: c.errs,
-		Arch:    "unknown",
-		Modules: []report.Module{}, Threads: []report.Thread{},
-		Handler: report.Handler{Version: version.Version, Mode: "none", DurationMS: time.Since(c.start).Milliseconds()},
-	}
-	if c.arch != nil {
-		r.Arch = c.arch.Name
-	}
-	if r.Time == 0 {
-		r.Time = time.Now().Unix()
-	}
-	r.TimeTrusted = report.TrustedTime(r.Time)
-	r.Signal = report.Signal{Number: c.signal, Name: report.SignalName(c.signal)}
-	return r
+	c.mode, c.partial = "none", true
+	return c.report()
 }
 
 // store writes the report into the queue.

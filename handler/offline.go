@@ -117,26 +117,20 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 // marked partial, like kernel mode's.
 func (c *crash) unreadable(err error) *report.Report {
 	c.errorf("reading the core: %v", err)
-	r := c.minimalReport()
-	if c.core != nil && c.core.PRPSInfo != nil {
-		r.Comm, r.PID = c.core.PRPSInfo.Fname, c.core.PRPSInfo.PID
-	}
-	return r
+	return c.minimalReport()
 }
 
 // offlineModules finds the modules from NT_FILE under the sysroot, or,
 // without NT_FILE, places --exe from the auxiliary vector.
 func (c *crash) offlineModules(o OfflineOptions) error {
 	override := map[string]string{}
-	entry, hasEntry := c.core.AuxvValue(9) // AT_ENTRY
+	entry, hasEntry := c.core.AuxvValue(coredump.AT_ENTRY)
 	if len(c.core.Files) > 0 {
 		c.mods = module.Group(fileMaps(c.core))
-		if hasEntry {
-			if i := module.Find(c.mods, entry); i >= 0 {
-				c.exe = cleanDeleted(c.mods[i].Path)
-				if o.Exe != "" {
-					override[c.mods[i].Path] = o.Exe
-				}
+		if i := c.entryModule(); i >= 0 {
+			c.exe = cleanDeleted(c.mods[i].Path)
+			if o.Exe != "" {
+				override[c.mods[i].Path] = o.Exe
 			}
 		}
 		c.sources = append(append([]module.Source(nil), o.Sources...), module.SysrootSource(o.Sysroot, override))

@@ -18,7 +18,6 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
@@ -150,7 +149,8 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		c.errorf("reading the core: %v", err)
 	}
 	c.errorf("full unwind failed: %s", why)
-	return c.store(c.registersReport())
+	c.registersResults()
+	return c.store(c.report())
 }
 
 // child is the running unwinding child.
@@ -307,97 +307,6 @@ func (w *headWriter) Bytes() []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b
-}
-
-// registersReport is the report made from the notes alone: per thread, the
-// PC and the link register (not checked: no unwinding took place), and the
-// modules from NT_FILE they fall in, which are not read.
-func (c *crash) registersReport() *report.Report {
-	r := c.minimalReport()
-	r.Handler.Mode = "registers"
-	r.Handler.FrozenMS = c.frozen.Milliseconds()
-	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
-	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
-	r.DeviceID = c.cfg.DeviceID()
-	core := c.core
-	if core.PRPSInfo != nil {
-		r.Comm = core.PRPSInfo.Fname
-	}
-	if si := core.SigInfo; si != nil {
-		r.Signal.Number, r.Signal.Name = int(si.Signo), report.SignalName(int(si.Signo))
-		r.Signal.Code = int(si.Code)
-		r.Signal.CodeName = report.CodeName(r.Signal.Number, r.Signal.Code)
-		if report.HasFaultAddr(r.Signal.Number, r.Signal.Code) {
-			a := report.Hex(si.Addr)
-			if c.cfg.Handler.MaskFaultAddr {
-				a = report.MaskToPage(a)
-			}
-			r.Signal.FaultAddr = &a
-		}
-	}
-	if c.arch == nil {
-		return r
-	}
-	mods := module.Group(fileMaps(core))
-	if r.Exe == "" {
-		if entry, ok := core.AuxvValue(9); ok { // AT_ENTRY
-			if i := module.Find(mods, entry); i >= 0 {
-				r.Exe = cleanDeleted(mods[i].Path)
-			}
-		}
-	}
-	used := map[int]int{}
-	modIndex := func(pc uint64) int {
-		i := module.Find(mods, pc)
-		if i < 0 {
-			return -1
-		}
-		if n, ok := used[i]; ok {
-			return n
-		}
-		m := mods[i]
-		used[i] = len(r.Modules)
-		r.Modules = append(r.Modules, report.Module{Path: m.Path, Start: report.Hex(m.Start), End: report.Hex(m.End),
-			RuntimeOffset: report.Hex(m.RuntimeOffset), Error: "not read: registers-only report"})
-		return used[i]
-	}
-	threads := core.Threads
-	if n := c.cfg.Handler.MaxThreads; len(threads) > n {
-		threads = threads[:n]
-	}
-	for i, t := range threads {
-		th := report.Thread{TID: t.TID, Crashed: i == 0, Frames: []report.Frame{}, StopReason: "registers_only"}
-		pc, rs, err := c.arch.FromPRStatus(t.Regs)
-		if err != nil {
-			th.StopReason, th.StopDetail = "bad_registers", err.Error()
-			r.Threads = append(r.Threads, th)
-			continue
-		}
-		thumb := false
-		if k := c.arch.PRStatusCPSR; k >= 0 && k < len(t.Regs) {
-			thumb = t.Regs[k]&0x20 != 0
-		}
-		if thumb {
-			pc &^= 1
-		}
-		th.Frames = append(th.Frames, report.Frame{PC: report.Hex(pc), Method: "context", Module: modIndex(pc), Exact: true, Thumb: thumb})
-		if c.arch.LR >= 0 {
-			if lr, ok := rs.Get(c.arch.LR); ok && lr != 0 {
-				lr = c.arch.StripPAC(lr, t.PACMask)
-				lthumb := c.arch.Name == "arm" && lr&1 != 0
-				lr &^= 1
-				th.Frames = append(th.Frames, report.Frame{PC: report.Hex(lr), Method: "lr", Module: modIndex(lr), Thumb: lthumb,
-					Note: "link register at the crash, not checked by an unwind"})
-			}
-		}
-		r.Threads = append(r.Threads, th)
-	}
-	if len(r.Threads) > 0 && core.PRPSInfo != nil {
-		r.Threads[0].Name = core.PRPSInfo.Fname
-	}
-	withholdData(r, core)
-	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
-	return r
 }
 
 // ChildOptions are the supervised child's inputs (see ChildFlag).
