@@ -13,15 +13,18 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"golang.org/x/sys/unix"
 )
 
-// crash is everything known about one crash while the report is built.
+// crash is everything known about one crash while the report is built,
+// in every mode: kernel (RunKernel), supervised child (RunChild),
+// supervising parent (supervise) and offline (Offline).
 type crash struct {
 	cfg   *config.Config
 	log   *Logger
 	core  *coredump.Core
 	arch  *arch.Arch
-	mode  string // live, stream, file
+	mode  string // live, stream, file, registers, none
 	stdin *os.File
 
 	mem     io.ReaderAt
@@ -29,22 +32,30 @@ type crash struct {
 	sources []module.Source
 	closers []io.Closer
 
-	pid, tid   int
-	exe        string
-	names      map[int]string // thread names, by tid
-	cmdline    []string
-	errs       []string
-	partial    bool
-	start      time.Time
-	frozen     time.Duration
-	kernelTime int64
-	signal     int
+	pid, tid int
+	exe      string
+	names    map[int]string // thread names, by tid
+	errs     []string
+	partial  bool
+	start    time.Time
 
 	results map[int]unwind.Result // by tid
 
+	kernelRun // zero offline
+}
+
+// kernelRun is what only a crash piped by the kernel has: the kernel's
+// arguments, the process held frozen, the admission state and the
+// supervision.
+type kernelRun struct {
+	kernelTime int64
+	signal     int
+	cmdline    []string
+	frozen     time.Duration // how long the process was held
+
 	dropped map[string]int // crashes not reported since the previous report
 	policy  admit.Policy
-	drift   func() // logs drift of the kernel's crash settings (kernel mode)
+	drift   func() // logs drift of the kernel's crash settings
 
 	// Dump mode 0 or 2 (handler.dump_mode_policy): never the command
 	// line; with "registers", nothing but the notes.
@@ -56,7 +67,83 @@ type crash struct {
 	parent     int
 	supervisor bool
 
-	fault fault // test builds only (tag unwoundfault): make the child die
+	inject inject // test builds only (tag unwoundfault): make the child die
+}
+
+func newCrash(cfg *config.Config, lg *Logger, start time.Time) *crash {
+	return &crash{cfg: cfg, log: lg, start: start, names: map[int]string{}}
+}
+
+// startKernel is how RunKernel and RunChild begin: never dump ourselves
+// (RLIMIT_CORE is 1 already, but a core of the handler would recurse into
+// core_pattern on some kernels), load the config, bound memory and time,
+// parse the kernel's arguments. A child leaves the logging of a bad config
+// or argument to its parent. stop disarms the hard deadline.
+func startKernel(lg *Logger, configPath string, args []string, start time.Time, child bool) (c *crash, ka admit.KernelArgs, deadline time.Time, stop func() bool) {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	cfg, cfgErr := config.LoadOrDefault(configPath)
+	if cfgErr != nil && !child {
+		lg.Errorf("%v", cfgErr)
+	}
+	limitMemory(cfg.Handler.MemoryLimitMiB, child)
+	deadline = start.Add(cfg.Handler.Deadline.D())
+	// The last line of defence: whatever hangs, the handler goes away a
+	// little after its deadline, which ends the dump and frees the
+	// process. A child exits non-zero: its parent then reports.
+	code := 0
+	if child {
+		code = 3
+	}
+	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
+		lg.Errorf("hard deadline passed, exiting without a report")
+		os.Exit(code)
+	})
+	ka, argErr := admit.ParseKernelArgs(args)
+	if argErr != nil && !child {
+		lg.Warnf("%v", argErr)
+	}
+	c = newCrash(cfg, lg, start)
+	c.pid, c.tid, c.exe, c.kernelTime, c.signal = ka.PID, ka.TID, ka.Exe, ka.Time, ka.Signal
+	c.policy = admitPolicy(cfg)
+	for _, err := range []error{cfgErr, argErr} {
+		if err != nil {
+			c.errs = append(c.errs, err.Error())
+		}
+	}
+	return c, ka, deadline, hard.Stop
+}
+
+// readHeaders reads the core's headers and notes from in (setCore). With
+// no core, err says why; else err is what was wrong in the headers (what
+// was read is still used).
+func (c *crash) readHeaders(in io.Reader) (stream *coredump.Stream, err, archErr error) {
+	core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
+	if core == nil {
+		return nil, err, nil
+	}
+	return stream, err, c.setCore(core)
+}
+
+// setCore takes the core's notes: its thread ids put in the handler's pid
+// namespace, its arch found (an error when not supported).
+func (c *crash) setCore(core *coredump.Core) error {
+	c.core = core
+	c.globalTIDs()
+	var err error
+	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	return err
+}
+
+// collect keeps from the core stream what the unwinding needs (the
+// stack windows and code pages, collectStream) as the crash's memory.
+func (c *crash) collect(stream *coredump.Stream) {
+	mem, err := c.collectStream(stream)
+	if err != nil {
+		// Stacks cut short or missing: what is unwound may stop early.
+		c.errorf("core stream: %v", err)
+		c.partial = true
+	}
+	c.mem = mem
 }
 
 func (c *crash) errorf(format string, args ...any) {

@@ -15,7 +15,6 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/sysctl"
-	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
@@ -40,36 +39,15 @@ type KernelOptions struct {
 // act on it. Everything that goes wrong is logged and, when a report can
 // still be written, recorded in it.
 func RunKernel(o KernelOptions) int {
-	start := time.Now()
 	lg := o.Log
-	// Never dump ourselves (RLIMIT_CORE is 1 already, but a core of the
-	// handler would recurse into core_pattern on some kernels).
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-	cfg, cfgErr := config.LoadOrDefault(o.ConfigPath)
-	if cfgErr != nil {
-		lg.Errorf("%v", cfgErr)
-	}
-	limitMemory(cfg.Handler.MemoryLimitMiB, false)
-	deadline := start.Add(cfg.Handler.Deadline.D())
-	// The last line of defence: whatever hangs, the handler goes away a
-	// little after its deadline, which ends the dump and frees the process.
-	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
-		lg.Errorf("hard deadline passed, exiting without a report")
-		os.Exit(0)
-	})
-	defer hard.Stop()
-
-	ka, argErr := admit.ParseKernelArgs(o.Args)
-	if argErr != nil {
-		lg.Warnf("%v", argErr)
-	}
+	c, ka, deadline, stop := startKernel(lg, o.ConfigPath, o.Args, time.Now(), false)
+	defer stop()
+	cfg, pol := c.cfg, c.policy
 	if cfg.Handler.HonorRlimit && ka.RlimitCore == 0 && len(o.Args) > 5 {
 		lg.Infof("pid %d (%s): RLIMIT_CORE is 0, not reporting (handler.honor_rlimit_core)", ka.PID, ka.Comm)
 		o.Stdin.Close()
 		return 0
 	}
-	pol := admitPolicy(cfg)
 	// A process that changed credentials (setuid, a daemon dropping root)
 	// is dumped with %d = 2 only under fs.suid_dumpable = 2; 0 is never
 	// piped by current kernels. Their memory may hold another user's
@@ -103,18 +81,8 @@ func RunKernel(o KernelOptions) int {
 	}
 	defer ticket.Release()
 
-	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
-		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}}
 	c.drift = func() { LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent) }
-	if cfgErr != nil {
-		c.errs = append(c.errs, cfgErr.Error())
-	}
-	if argErr != nil {
-		c.errs = append(c.errs, argErr.Error())
-	}
-
 	c.dropped = ticket.Dropped
-	c.policy = pol
 	if privileged {
 		c.noCmdline = true
 		if cfg.Handler.DumpModePolicy == "registers" {
@@ -312,28 +280,24 @@ func (c *crash) saveCore(in io.Reader, out *os.File) {
 // handle reads the core's headers, then the memory: live from
 // /proc/<pid>/mem while the process is frozen, or from the stream.
 func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report.Report {
-	core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
-	if core == nil {
-		c.errorf("reading the core: %v", err)
-		c.partial = true
-		return c.minimalReport()
-	}
+	stream, err, archErr := c.readHeaders(in)
 	if err != nil {
 		c.errorf("reading the core: %v", err)
 		c.partial = true
 	}
-	c.core = core
-	c.globalTIDs()
-	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	if c.core == nil {
+		return c.minimalReport()
+	}
+	core := c.core
 	if c.registersOnly {
 		release()
 		c.frozen = time.Since(c.start)
 		c.registersResults()
 		return c.report()
 	}
-	c.fault.at("unwind")
-	if err != nil {
-		c.errorf("%v", err)
+	c.inject.at("unwind")
+	if archErr != nil {
+		c.errorf("%v", archErr)
 		c.partial = true
 		return c.minimalReport()
 	}
@@ -356,14 +320,8 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		// paths); once it is released /proc/<pid> goes away.
 		mods := module.Group(fileMaps(core))
 		pre := c.preopen(mods)
-		mem, err := c.collectStream(stream)
-		if err != nil {
-			// Stacks cut short or missing: what is unwound may stop early.
-			c.errorf("core stream: %v", err)
-			c.partial = true
-		}
+		c.collect(stream)
 		release() // the stacks are in hand: let the kernel finish
-		c.mem = mem
 		c.mods = mods
 		c.sources = append([]module.Source{pre}, module.ProcSources(c.pid)...)
 		if !otherMountNS {

@@ -15,10 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
 )
@@ -114,8 +110,8 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	// stream in. It waits for the hand-over before it reads the pipe.
 	ch, startErr := c.startChild(o)
 	rec := &recorder{r: in}
-	core, _, err := coredump.ReadHeader(rec, coredump.DefaultLimits)
-	if core == nil {
+	_, err, _ := c.readHeaders(rec)
+	if c.core == nil {
 		if ch != nil {
 			ch.proc.Kill()
 			ch.wait(deadline)
@@ -125,9 +121,6 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		c.errorf("reading the core: %v", err)
 		return c.store(c.minimalReport())
 	}
-	c.core = core
-	c.globalTIDs()
-	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
 
 	why := startErr
 	if ch != nil {
@@ -321,7 +314,6 @@ type ChildOptions struct {
 // RunChild is the supervised child: RunKernel's work after the headers,
 // from the same bytes.
 func RunChild(o ChildOptions) int {
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	lg := o.Log
 	if len(o.Args) < 1 {
 		lg.Errorf("%s: no config argument", ChildFlag)
@@ -337,27 +329,11 @@ func RunChild(o ChildOptions) int {
 		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)
 		return 2
 	}
-	start := time.Unix(0, h.StartNS)
-	cfg, cfgErr := config.LoadOrDefault(o.Args[0])
-	limitMemory(cfg.Handler.MemoryLimitMiB, true)
-	deadline := start.Add(cfg.Handler.Deadline.D())
-	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
-		lg.Errorf("hard deadline passed, exiting without a report")
-		os.Exit(3)
-	})
-	defer hard.Stop()
-	ka, argErr := admit.ParseKernelArgs(o.Args[1:])
-	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
-		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}, dropped: h.Dropped}
-	c.drift = func() { LogDrift(lg, "", o.Args[0], cfg.RateLimit.MaxConcurrent) }
-	c.policy = admitPolicy(cfg)
-	if cfgErr != nil {
-		c.errs = append(c.errs, cfgErr.Error())
-	}
-	if argErr != nil {
-		c.errs = append(c.errs, argErr.Error())
-	}
-	c.fault = childFault()
+	c, _, deadline, stop := startKernel(lg, o.Args[0], o.Args[1:], time.Unix(0, h.StartNS), true)
+	defer stop()
+	c.dropped = h.Dropped
+	c.drift = func() { LogDrift(lg, "", o.Args[0], c.cfg.RateLimit.MaxConcurrent) }
+	c.inject = childInject()
 	c.parent = os.Getppid()
 	rc := c.run(o.Stdin, br, deadline)
 	o.Status.Write([]byte("stored\n"))
