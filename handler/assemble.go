@@ -228,3 +228,10 @@ func readTrim(p string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// minimalReport is the report of a core that cannot be used: the
+// kernel's arguments and what went wrong.
+func (c *crash) minimalReport() *report.Report {
+	c.mode, c.partial = "none", true
+	return c.report()
+}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
@@ -13,7 +12,6 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"golang.org/x/sys/unix"
 )
 
 // crash is everything known about one crash while the report is built,
@@ -74,45 +72,6 @@ func newCrash(cfg *config.Config, lg *Logger, start time.Time) *crash {
 	return &crash{cfg: cfg, log: lg, start: start, names: map[int]string{}}
 }
 
-// startKernel is how RunKernel and RunChild begin: never dump ourselves
-// (RLIMIT_CORE is 1 already, but a core of the handler would recurse into
-// core_pattern on some kernels), load the config, bound memory and time,
-// parse the kernel's arguments. A child leaves the logging of a bad config
-// or argument to its parent. stop disarms the hard deadline.
-func startKernel(lg *Logger, configPath string, args []string, start time.Time, child bool) (c *crash, ka admit.KernelArgs, deadline time.Time, stop func() bool) {
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	cfg, cfgErr := config.LoadOrDefault(configPath)
-	if cfgErr != nil && !child {
-		lg.Errorf("%v", cfgErr)
-	}
-	limitMemory(cfg.Handler.MemoryLimitMiB, child)
-	deadline = start.Add(cfg.Handler.Deadline.D())
-	// The last line of defence: whatever hangs, the handler goes away a
-	// little after its deadline, which ends the dump and frees the
-	// process. A child exits non-zero: its parent then reports.
-	code := 0
-	if child {
-		code = 3
-	}
-	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
-		lg.Errorf("hard deadline passed, exiting without a report")
-		os.Exit(code)
-	})
-	ka, argErr := admit.ParseKernelArgs(args)
-	if argErr != nil && !child {
-		lg.Warnf("%v", argErr)
-	}
-	c = newCrash(cfg, lg, start)
-	c.pid, c.tid, c.exe, c.kernelTime, c.signal = ka.PID, ka.TID, ka.Exe, ka.Time, ka.Signal
-	c.policy = admitPolicy(cfg)
-	for _, err := range []error{cfgErr, argErr} {
-		if err != nil {
-			c.errs = append(c.errs, err.Error())
-		}
-	}
-	return c, ka, deadline, hard.Stop
-}
-
 // readHeaders reads the core's headers and notes from in (setCore). With
 // no core, err says why; else err is what was wrong in the headers (what
 // was read is still used).
@@ -132,18 +91,6 @@ func (c *crash) setCore(core *coredump.Core) error {
 	var err error
 	c.arch, err = arch.ByMachine(core.Machine, core.Class)
 	return err
-}
-
-// collect keeps from the core stream what the unwinding needs (the
-// stack windows and code pages, collectStream) as the crash's memory.
-func (c *crash) collect(stream *coredump.Stream) {
-	mem, err := c.collectStream(stream)
-	if err != nil {
-		// Stacks cut short or missing: what is unwound may stop early.
-		c.errorf("core stream: %v", err)
-		c.partial = true
-	}
-	c.mem = mem
 }
 
 func (c *crash) errorf(format string, args ...any) {
@@ -218,43 +165,4 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 		}
 		c.results[t.TID] = r
 	}
-}
-
-// addVDSO adds the vDSO as a module, loaded from the process's memory: it
-// has no file, and holds the signal trampolines on arm64 and riscv64.
-func (c *crash) addVDSO(size uint64) {
-	base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR)
-	if !ok || base == 0 || size == 0 || size > 1<<20 {
-		return
-	}
-	m := &module.Module{Path: "[vdso]", Start: base, End: base + size,
-		Maps: []module.Mapping{{Start: base, End: base + size, Path: "[vdso]"}}, RuntimeOffset: base}
-	if err := m.LoadFrom(offsetReader{r: c.mem, base: base, size: int64(size)}); err != nil {
-		c.log.Warnf("vdso: %v", err)
-	}
-	c.mods = append(c.mods, m)
-	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
-}
-
-// vdsoSize finds the vDSO's extent from the core's segments.
-func vdsoSize(core *coredump.Core) uint64 {
-	base, ok := core.AuxvValue(coredump.AT_SYSINFO_EHDR)
-	if !ok {
-		return 0
-	}
-	for _, s := range core.Segments {
-		if s.Vaddr == base {
-			return s.Filesz
-		}
-	}
-	return 0
-}
-
-// fileMaps turns NT_FILE into mappings.
-func fileMaps(core *coredump.Core) []module.Mapping {
-	maps := make([]module.Mapping, 0, len(core.Files))
-	for _, f := range core.Files {
-		maps = append(maps, module.Mapping{Start: f.Start, End: f.End, Offset: f.Offset, Path: f.Path})
-	}
-	return maps
 }

@@ -3,6 +3,7 @@
 package handler
 
 // inject is empty in real builds: the hooks compile to nothing.
+
 type inject struct{}
 
 func childInject() inject { return inject{} }

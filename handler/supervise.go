@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/report"
-	"golang.org/x/sys/unix"
 )
 
 // Self-supervision (docs/design.md, "Self-supervision"). Go's fatal errors
@@ -338,46 +336,4 @@ func RunChild(o ChildOptions) int {
 	rc := c.run(o.Stdin, br, deadline)
 	o.Status.Write([]byte("stored\n"))
 	return rc
-}
-
-// limitMemory bounds the handler: the Go memory limit (soft: the
-// collector works harder) and, with hard (the supervised child), a cap on
-// its data segment at four times that above what the runtime holds at
-// start, so a runaway allocation ends in the runtime's "out of memory"
-// (which the parent reports) rather than in the board's OOM killer
-// choosing a victim.
-func limitMemory(mib int, hard bool) {
-	debug.SetMemoryLimit(int64(mib) << 20)
-	// The heap is a few MiB: collecting at 25% growth instead of 100%
-	// costs little time and keeps the peak resident set near the live
-	// heap (issue 10's budget: 10 MiB for the parent and child together).
-	debug.SetGCPercent(25)
-	// Unbounded recursion dies at 4 MiB of stack instead of 1 GiB, well
-	// below the memory limit (near it the collector would thrash until
-	// the deadline): the parsers do not recurse, real stacks are KiBs.
-	debug.SetMaxStack(4 << 20)
-	if !hard {
-		return
-	}
-	if data := vmData(); data > 0 {
-		lim := uint64(data) + uint64(4*mib)<<20
-		_ = unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim})
-	}
-}
-
-// vmData is the process's VmData in bytes, 0 when unknown.
-func vmData() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmData:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }
