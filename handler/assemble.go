@@ -105,7 +105,7 @@ func (c *crash) assembleThreads(r *report.Report) {
 		}
 	}
 	for i, m := range c.mods {
-		if cleanDeleted(m.Path) == c.exe && c.exe != "" {
+		if module.CleanPath(m.Path) == c.exe && c.exe != "" {
 			used[i] = true
 		}
 	}
@@ -175,7 +175,7 @@ func (c *crash) registersResults() {
 		m.Err = errNotRead
 	}
 	if i := c.entryModule(); i >= 0 && c.exe == "" {
-		c.exe = cleanDeleted(c.mods[i].Path)
+		c.exe = module.CleanPath(c.mods[i].Path)
 	}
 	c.results = map[int]unwind.Result{}
 	for _, t := range c.threads() {
@@ -218,8 +218,6 @@ func (c *crash) entryModule() int {
 	}
 	return -1
 }
-
-func cleanDeleted(p string) string { return strings.TrimSuffix(p, " (deleted)") }
 
 func readTrim(p string) string {
 	b, err := os.ReadFile(p)

@@ -122,7 +122,7 @@ func (c *crash) offlineModules(o OfflineOptions) error {
 	if len(c.core.Files) > 0 {
 		c.mods = module.Group(fileMaps(c.core))
 		if i := c.entryModule(); i >= 0 {
-			c.exe = cleanDeleted(c.mods[i].Path)
+			c.exe = module.CleanPath(c.mods[i].Path)
 			if o.Exe != "" {
 				override[c.mods[i].Path] = o.Exe
 			}

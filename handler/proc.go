@@ -86,21 +86,12 @@ func (c *crash) globalTIDs() {
 	}
 	toGlobal := map[int]int{}
 	for _, e := range ents {
-		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
-				f := strings.Fields(v)
-				if len(f) >= 2 {
-					g, err1 := strconv.Atoi(f[0])
-					own, err2 := strconv.Atoi(f[len(f)-1])
-					if err1 == nil && err2 == nil {
-						toGlobal[own] = g
-					}
-				}
-				break
+		f := strings.Fields(procStatus(dir + "/" + e.Name() + "/status")["NSpid"])
+		if len(f) >= 2 {
+			g, err1 := strconv.Atoi(f[0])
+			own, err2 := strconv.Atoi(f[len(f)-1])
+			if err1 == nil && err2 == nil {
+				toGlobal[own] = g
 			}
 		}
 	}
@@ -120,23 +111,30 @@ func namespaceDiffers(pid int, kind string) bool {
 	return err1 == nil && err2 == nil && theirs != ours
 }
 
-// procStatus reads the kB fields of /proc/<pid>/status.
-func procStatus(pid int) map[string]int64 {
-	out := map[string]int64{}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// procStatus reads a status file of /proc (proc(5): "Name:\tvalue"
+// lines), the fields by name. It is empty when the file cannot be read.
+func procStatus(path string) map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return out
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(l, ":")
-		if !ok || !strings.HasSuffix(v, " kB") {
-			continue
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64); err == nil {
-			out[k] = n
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			out[k] = strings.TrimSpace(v)
 		}
 	}
 	return out
+}
+
+// statusKiB is a status field given in kB ("1234 kB"), 0 when absent.
+func statusKiB(st map[string]string, field string) int64 {
+	v, ok := strings.CutSuffix(st[field], " kB")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }
 
 // procMaps reads /proc/<pid>/maps: file-backed mappings with permissions.
@@ -205,17 +203,5 @@ func procCmdline(pid int) []string {
 
 // vmData is the process's VmData in bytes, 0 when unknown.
 func vmData() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmData:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return statusKiB(procStatus("/proc/self/status"), "VmData") << 10
 }

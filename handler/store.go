@@ -2,6 +2,7 @@ package handler
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/queue"
@@ -28,15 +29,7 @@ func (c *crash) store(r *report.Report) int {
 			z = z2
 		}
 	}
-	q, err := queue.Open(c.cfg.Queue.Dir, queue.Options{
-		MaxEntries:    c.cfg.Queue.MaxEntries,
-		MaxBytes:      int64(c.cfg.Queue.MaxBytesKiB) << 10,
-		MinFreeBytes:  int64(c.cfg.Queue.MinFreeKiB) << 10,
-		MinFreeInodes: int64(c.cfg.Queue.MinFreeInodes),
-		MaxAge:        c.cfg.Queue.MaxAge.D(),
-		WhenFull:      c.cfg.Queue.WhenFull,
-		AllowVolatile: c.cfg.Queue.AllowVolatile,
-	})
+	q, err := queue.Open(c.cfg.Queue.Dir, queue.FromConfig(c.cfg.Queue))
 	if err != nil {
 		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		c.lost("queue_unusable")
@@ -95,8 +88,8 @@ func (c *crash) treeRSS() int64 {
 		// The parent's peak, less the pages of the binary it maps (file
 		// or, on an initramfs, shmem pages): the child runs the same
 		// binary, so its own figure holds those pages already.
-		st := procStatus(c.parent)
-		if own := st["VmHWM"] - st["RssFile"] - st["RssShmem"]; own > 0 {
+		st := procStatus(fmt.Sprintf("/proc/%d/status", c.parent))
+		if own := statusKiB(st, "VmHWM") - statusKiB(st, "RssFile") - statusKiB(st, "RssShmem"); own > 0 {
 			kib += own
 		}
 	}

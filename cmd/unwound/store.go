@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
 // dirStore keeps received reports as DIR/<id>.json.zst, written
@@ -34,14 +36,12 @@ func newDirStore(dir string) (*dirStore, error) {
 	return &dirStore{dir: dir}, nil
 }
 
-func (s *dirStore) path(id string) string { return filepath.Join(s.dir, id+".json.zst") }
+func (s *dirStore) path(id string) string { return filepath.Join(s.dir, id+queue.Suffix) }
 
 func (s *dirStore) has(id string) bool {
 	_, err := os.Stat(s.path(id))
 	return err == nil
 }
-
-var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // put validates data (zstd or plain JSON) as a report and stores it.
 // wantID, when set, must be the report's id. It returns the report, whether
@@ -54,7 +54,7 @@ func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored boo
 	if wantID != "" && wantID != r.ID {
 		return nil, false, fmt.Errorf("report id %s, but %s was announced", r.ID, wantID), nil
 	}
-	if !bytes.HasPrefix(data, zstdMagic) {
+	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		data = report.Compress(data)
 	}
 	s.mu.Lock()
@@ -109,7 +109,7 @@ func (s *dirStore) list() ([]Stored, error) {
 	}
 	out := []Stored{}
 	for _, de := range des {
-		id, ok := strings.CutSuffix(de.Name(), ".json.zst")
+		id, ok := strings.CutSuffix(de.Name(), queue.Suffix)
 		if !ok || !validID(id) {
 			continue
 		}
