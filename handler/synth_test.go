@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // A small AArch64 core writer for hostile-input and supervision tests: the
@@ -44,35 +47,17 @@ type synthCore struct {
 
 var le = binary.LittleEndian
 
-func note(name string, typ uint32, desc []byte) []byte {
-	var b []byte
-	nm := append([]byte(name), 0)
-	b = le.AppendUint32(b, uint32(len(nm)))
-	b = le.AppendUint32(b, uint32(len(desc)))
-	b = le.AppendUint32(b, typ)
-	b = append(b, nm...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	b = append(b, desc...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
+// nw writes the notes, as the kernel does for an AArch64 process.
+var nw = coredump.NoteWriter{Class: elf.ELFCLASS64, Order: le, Machine: elf.EM_AARCH64}
 
-// prstatus is struct elf_prstatus on arm64: pr_reg (x0–x30, sp, pc,
-// pstate) at 112, pr_pid at 32, pr_cursig at 12; 392 bytes.
+func note(name string, typ uint32, desc []byte) []byte { return nw.AppendNote(nil, name, typ, desc) }
+
+// prstatus is a thread's NT_PRSTATUS: x29, x30 (the link register), sp
+// and pc set.
 func prstatus(t synthThread, sig int) []byte {
-	d := make([]byte, 392)
-	le.PutUint16(d[12:], uint16(sig))
-	le.PutUint32(d[32:], uint32(t.tid))
-	reg := func(i int, v uint64) { le.PutUint64(d[112+8*i:], v) }
-	reg(29, t.fp)
-	reg(30, t.lr)
-	reg(31, t.sp)
-	reg(32, t.pc)
-	return d
+	regs := make([]uint64, 33)
+	regs[29], regs[30], regs[31], regs[32] = t.fp, t.lr, t.sp, t.pc
+	return nw.PRStatus(t.tid, sig, regs)
 }
 
 func (c *synthCore) notes() []byte {
@@ -81,34 +66,15 @@ func (c *synthCore) notes() []byte {
 	for i, t := range c.threads {
 		b = append(b, note("CORE", 1, prstatus(t, sig))...)
 		if i == 0 {
-			ps := make([]byte, 136)
-			le.PutUint32(ps[24:], uint32(c.pid))
-			copy(ps[40:56], c.comm)
-			b = append(b, note("CORE", 3, ps)...)
-			si := make([]byte, 128)
-			le.PutUint32(si, uint32(c.signo))
-			le.PutUint32(si[8:], 1)
-			le.PutUint64(si[16:], c.addr)
-			b = append(b, note("CORE", 0x53494749, si)...)
-			var ax []byte
-			for _, v := range []uint64{6, 4096, 0} {
-				ax = le.AppendUint64(ax, v)
-			}
-			ax = le.AppendUint64(ax, 0)
-			b = append(b, note("CORE", 6, ax)...)
+			b = append(b, note("CORE", 3, nw.PRPSInfo(c.pid, 0, 0, 0, c.comm, ""))...)
+			b = append(b, note("CORE", 0x53494749, nw.SigInfo(c.signo, 0, 1, c.addr))...)
+			b = append(b, note("CORE", 6, nw.Auxv(coredump.AT_PAGESZ, 4096))...)
 			if len(c.files) > 0 {
-				var f []byte
-				f = le.AppendUint64(f, uint64(len(c.files)))
-				f = le.AppendUint64(f, 4096)
-				for _, fm := range c.files {
-					f = le.AppendUint64(f, fm.start)
-					f = le.AppendUint64(f, fm.end)
-					f = le.AppendUint64(f, fm.pgoff)
+				fs := make([]coredump.FileMapping, len(c.files))
+				for i, f := range c.files {
+					fs[i] = coredump.FileMapping{Start: f.start, End: f.end, Offset: f.pgoff * 4096, Path: f.path}
 				}
-				for _, fm := range c.files {
-					f = append(append(f, fm.path...), 0)
-				}
-				b = append(b, note("CORE", 0x46494c45, f)...)
+				b = append(b, note("CORE", 0x46494c45, nw.File(4096, fs))...)
 			}
 		}
 	}

@@ -78,57 +78,17 @@ func (c *synthCore) put(b []byte, v uint64) []byte {
 	return c.ord().AppendUint32(b, uint32(v))
 }
 
-func (c *synthCore) putAt(b []byte, off int, v uint64) {
-	if c.w() == 8 {
-		c.ord().PutUint64(b[off:], v)
-	} else {
-		c.ord().PutUint32(b[off:], uint32(v))
-	}
-}
-
 func (c *synthCore) addNote(name string, typ uint32, desc []byte) {
 	c.notes = append(c.notes, synthNote{name, typ, desc})
 }
 
-// nregs is the number of pr_reg words for a machine (elf_gregset_t).
-func nregs(m elf.Machine) int {
-	switch m {
-	case elf.EM_X86_64:
-		return 27
-	case elf.EM_AARCH64:
-		return 34
-	case elf.EM_ARM:
-		return 18
-	case elf.EM_RISCV:
-		return 32
-	case elf.EM_386:
-		return 17
-	}
-	panic("nregs: unknown machine")
+// nw writes the core's notes.
+func (c *synthCore) nw() NoteWriter {
+	return NoteWriter{Class: c.class, Order: c.ord(), Machine: c.machine}
 }
 
-// prstatus builds struct elf_prstatus; regs shorter than the machine's
-// gregset are zero-padded.
 func (c *synthCore) prstatus(tid, sig int, regs []uint64) []byte {
-	w := c.w()
-	regOff, pidOff := 112, 32
-	if w == 4 {
-		regOff, pidOff = 72, 24
-	}
-	n := nregs(c.machine)
-	size := regOff + n*w + 4
-	size = (size + w - 1) &^ (w - 1)
-	d := make([]byte, size)
-	o := c.ord()
-	o.PutUint32(d[0:], uint32(sig)) // si_signo
-	o.PutUint16(d[12:], uint16(sig))
-	o.PutUint32(d[pidOff:], uint32(tid))
-	o.PutUint32(d[pidOff+4:], 1)
-	for i := 0; i < n && i < len(regs); i++ {
-		c.putAt(d, regOff+i*w, regs[i])
-	}
-	o.PutUint32(d[regOff+n*w:], 1) // pr_fpvalid
-	return d
+	return c.nw().PRStatus(tid, sig, regs)
 }
 
 func (c *synthCore) addThread(tid, sig int, regs []uint64) {
@@ -136,85 +96,23 @@ func (c *synthCore) addThread(tid, sig int, regs []uint64) {
 }
 
 func (c *synthCore) prpsinfo(pid, ppid int, uid, gid uint32, fname, args string) []byte {
-	o := c.ord()
-	var d []byte
-	var fnOff int
-	if c.w() == 8 {
-		d = make([]byte, 136)
-		o.PutUint32(d[16:], uid)
-		o.PutUint32(d[20:], gid)
-		o.PutUint32(d[24:], uint32(pid))
-		o.PutUint32(d[28:], uint32(ppid))
-		fnOff = 40
-	} else {
-		d = make([]byte, 124)
-		o.PutUint16(d[8:], uint16(uid))
-		o.PutUint16(d[10:], uint16(gid))
-		o.PutUint32(d[12:], uint32(pid))
-		o.PutUint32(d[16:], uint32(ppid))
-		fnOff = 28
-	}
-	d[0], d[1] = 0, 'R'
-	copy(d[fnOff:fnOff+15], fname)
-	copy(d[fnOff+16:fnOff+16+79], args)
-	return d
+	return c.nw().PRPSInfo(pid, ppid, uid, gid, fname, args)
 }
 
 func (c *synthCore) siginfo(signo, errno, code int32, addr uint64) []byte {
-	d := make([]byte, 128)
-	o := c.ord()
-	o.PutUint32(d[0:], uint32(signo))
-	o.PutUint32(d[4:], uint32(errno))
-	o.PutUint32(d[8:], uint32(code))
-	if c.w() == 8 {
-		o.PutUint64(d[16:], addr)
-	} else {
-		o.PutUint32(d[12:], uint32(addr))
-	}
-	return d
+	return c.nw().SigInfo(signo, errno, code, addr)
 }
 
-func (c *synthCore) auxv(pairs ...uint64) []byte {
-	var d []byte
-	for _, v := range pairs {
-		d = c.put(d, v)
-	}
-	d = c.put(d, 0)
-	return c.put(d, 0)
-}
+func (c *synthCore) auxv(pairs ...uint64) []byte { return c.nw().Auxv(pairs...) }
 
 func (c *synthCore) ntfile(page uint64, files []FileMapping) []byte {
-	var d []byte
-	d = c.put(d, uint64(len(files)))
-	d = c.put(d, page)
-	for _, f := range files {
-		d = c.put(d, f.Start)
-		d = c.put(d, f.End)
-		d = c.put(d, f.Offset/page)
-	}
-	for _, f := range files {
-		d = append(d, f.Path...)
-		d = append(d, 0)
-	}
-	return d
+	return c.nw().File(page, files)
 }
 
 func (c *synthCore) noteData() []byte {
 	var b []byte
-	o := c.ord()
 	for _, n := range c.notes {
-		b = o.AppendUint32(b, uint32(len(n.name)+1))
-		b = o.AppendUint32(b, uint32(len(n.desc)))
-		b = o.AppendUint32(b, n.typ)
-		b = append(b, n.name...)
-		b = append(b, 0)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		b = append(b, n.desc...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
+		b = c.nw().AppendNote(b, n.name, n.typ, n.desc)
 	}
 	return b
 }
@@ -408,7 +306,7 @@ func (r *zeroReader) Read(p []byte) (int, error) {
 
 // regsFor returns a recognisable register set: word i is base+i.
 func regsFor(m elf.Machine, base uint64) []uint64 {
-	r := make([]uint64, nregs(m))
+	r := make([]uint64, GregsetWords(m))
 	for i := range r {
 		r[i] = base + uint64(i)
 	}
