@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/internal/testbin"
 )
 
 // A small AArch64 core writer for hostile-input and supervision tests: the
@@ -162,47 +160,11 @@ func patch(b []byte, off int, v uint64, size int) []byte {
 	return b
 }
 
-var binOnce sync.Map // tags → *builtBinary
-
-type builtBinary struct {
-	once sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
-// handlerBinary builds cmd/unwound-handler once per test process (with
-// build tags, e.g. unwoundfault), into a directory removed at exit.
+// handlerBinary is cmd/unwound-handler, built with tags (e.g.
+// unwoundfault) once per test process.
 func handlerBinary(t testing.TB, tags string) string {
 	t.Helper()
-	v, _ := binOnce.LoadOrStore(tags, &builtBinary{})
-	b := v.(*builtBinary)
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "unwound-handler-bin")
-		if err != nil {
-			b.err = err
-			return
-		}
-		b.path = filepath.Join(dir, "unwound-handler"+tags)
-		args := []string{"build", "-o", b.path}
-		if tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		b.out, b.err = exec.Command("go", append(args, "github.com/unwound-dev/unwound/cmd/unwound-handler")...).CombinedOutput()
-	})
-	if b.err != nil {
-		t.Fatalf("building the handler: %v\n%s", b.err, b.out)
-	}
-	return b.path
+	return testbin.Build(t, "unwound-handler", tags)
 }
 
-func TestMain(m *testing.M) {
-	rc := m.Run()
-	binOnce.Range(func(_, v any) bool {
-		if p := v.(*builtBinary).path; p != "" {
-			os.RemoveAll(filepath.Dir(p))
-		}
-		return true
-	})
-	os.Exit(rc)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
