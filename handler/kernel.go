@@ -249,7 +249,8 @@ func limitMemory(mib int, hard bool) {
 	debug.SetMemoryLimit(int64(mib) << 20)
 	// The heap is a few MiB: collecting at 25% growth instead of 100%
 	// costs little time and keeps the peak resident set near the live
-	// heap (issue 10's budget: 10 MiB for the parent and child together).
+	// heap (issue 10's budget for the parent and child together:
+	// docs/design.md, "Self-supervision").
 	debug.SetGCPercent(25)
 	// Unbounded recursion dies at 4 MiB of stack instead of 1 GiB, well
 	// below the memory limit (near it the collector would thrash until

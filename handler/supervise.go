@@ -29,8 +29,8 @@ import (
 
 // ChildFlag, as the first argument, makes unwound-handler the supervised
 // child: ChildFlag CONFIG KERNEL-ARGS..., the core pipe on fd 0, the
-// hand-over (a JSON line, then the core bytes the parent already read) on
-// fd 3, and fd 4 to say the report is stored.
+// hand-over (a line of words, handover.format, then the core bytes the
+// parent already read) on fd 3, and fd 4 to say the report is stored.
 const ChildFlag = "--unwind-child"
 
 // childGrace is how long after the deadline a child is given before it is

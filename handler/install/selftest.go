@@ -129,8 +129,9 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("self-test: encoding the report: %v", err)
 	}
-	// Not decoded back here: the zstd decoder would add a few hundred KiB
-	// to the handler (report's own tests decode what Encode writes).
+	// Not decoded back here: the zstd decoder stays out of the handler
+	// (docs/design.md, "Footprint"; report's own tests decode what
+	// Encode writes).
 	if !bytes.HasPrefix(enc, []byte(zstdenc.Magic)) {
 		return nil, fmt.Errorf("self-test: the encoded report is not a zstd frame")
 	}

@@ -188,8 +188,9 @@ func ptrSize(c elf.Class) int {
 
 // sectionData reads a section's bytes as they are in the file. Compressed
 // sections (SHF_COMPRESSED, only ever .debug_* ones) are skipped: their
-// zlib and zstd decoders would cost the handler 110 KB for a table that
-// .eh_frame or .ARM.exidx provide too, and stripped binaries have none.
+// zlib and zstd decoders would grow the handler (docs/design.md,
+// "Footprint") for a table that .eh_frame or .ARM.exidx provide too, and
+// stripped binaries have none.
 func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	s := ef.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 || s.Size == 0 || s.Size > MaxSection {
