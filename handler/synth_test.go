@@ -85,42 +85,11 @@ func (c *synthCore) notes() []byte {
 // layout returns the core's bytes and the offsets of its program headers
 // (index 0 is PT_NOTE) for tests that patch them.
 func (c *synthCore) layout() (out []byte, phOff []int) {
-	nb := c.notes()
-	phnum := 1 + len(c.segs)
-	hdr := make([]byte, 64)
-	copy(hdr, "\x7fELF")
-	hdr[4], hdr[5], hdr[6] = 2, 1, 1 // ELFCLASS64, LSB, EV_CURRENT
-	le.PutUint16(hdr[16:], 4)        // ET_CORE
-	le.PutUint16(hdr[18:], 183)      // EM_AARCH64
-	le.PutUint32(hdr[20:], 1)
-	le.PutUint64(hdr[32:], 64) // e_phoff
-	le.PutUint16(hdr[52:], 64)
-	le.PutUint16(hdr[54:], 56)
-	le.PutUint16(hdr[56:], uint16(phnum))
-	noteOff := uint64(64 + 56*phnum)
-	dataOff := (noteOff + uint64(len(nb)) + 4095) &^ 4095
-	ph := func(typ, flags uint32, off, vaddr, filesz, memsz uint64) []byte {
-		p := make([]byte, 56)
-		le.PutUint32(p, typ)
-		le.PutUint32(p[4:], flags)
-		le.PutUint64(p[8:], off)
-		le.PutUint64(p[16:], vaddr)
-		le.PutUint64(p[32:], filesz)
-		le.PutUint64(p[40:], memsz)
-		le.PutUint64(p[48:], 4)
-		return p
-	}
-	out = append(out, hdr...)
-	phOff = append(phOff, len(out))
-	out = append(out, ph(4, 0, noteOff, 0, uint64(len(nb)), 0)...)
-	off := dataOff
+	l := coredump.CoreLayout{NoteWriter: nw, Notes: c.notes()}
 	for _, s := range c.segs {
-		phOff = append(phOff, len(out))
-		out = append(out, ph(1, s.flags, off, s.vaddr, uint64(len(s.data)), s.memsz)...)
-		off += uint64(len(s.data))
+		l.Segs = append(l.Segs, coredump.CoreSegment{Vaddr: s.vaddr, Filesz: uint64(len(s.data)), Memsz: s.memsz, Flags: elf.ProgFlag(s.flags)})
 	}
-	out = append(out, nb...)
-	out = append(out, make([]byte, int(dataOff)-len(out))...)
+	out, phOff, _ = l.Header()
 	for _, s := range c.segs {
 		out = append(out, s.data...)
 	}

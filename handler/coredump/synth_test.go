@@ -124,124 +124,21 @@ func (c *synthCore) sizes() (ehsize, phentsize, shentsize int) {
 	return 52, 32, 40
 }
 
-// header lays the core out and returns everything before the segment data
-// (ELF header, program headers, notes, padding), the total size of the
-// segment data, and the section header to append at the end (nil without
-// PN_XNUM). Segment offsets are filled in.
+// header lays the core out (CoreLayout) and returns everything before the
+// segment data, the total size of the segment data, and the section
+// header to append at the end (nil without PN_XNUM). Segment offsets are
+// filled in.
 func (c *synthCore) header() (hdr []byte, dataSize uint64, shdr []byte) {
-	ehsize, phentsize, shentsize := c.sizes()
-	o := c.ord()
-	nph := 1 + len(c.segs) + c.nullPhdrs
-	xnum := c.xnum || nph >= pnXNum
-	notes := c.noteData()
-	noteOff := uint64(ehsize + nph*phentsize + c.notePad)
-	align := c.align
-	if align == 0 {
-		align = 4096
-	}
-	off := (noteOff + uint64(len(notes)) + align - 1) &^ (align - 1)
-	dataStart := off
-	for i := range c.segs {
-		c.segs[i].offset = off
-		off += c.segs[i].size
-	}
-	dataSize = off - dataStart
-	shoff := uint64(0)
-	if xnum {
-		shoff = off
-	}
-
-	h := make([]byte, ehsize)
-	copy(h, elf.ELFMAG)
-	h[elf.EI_CLASS] = byte(c.class)
-	if c.order == binary.BigEndian {
-		h[elf.EI_DATA] = byte(elf.ELFDATA2MSB)
-	} else {
-		h[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	}
-	h[elf.EI_VERSION] = 1
-	o.PutUint16(h[16:], uint16(elf.ET_CORE))
-	o.PutUint16(h[18:], uint16(c.machine))
-	o.PutUint32(h[20:], 1)
-	phnum := uint16(nph)
-	if xnum {
-		phnum = pnXNum
-	}
-	if c.class == elf.ELFCLASS64 {
-		o.PutUint64(h[32:], uint64(ehsize))
-		o.PutUint64(h[40:], shoff)
-		o.PutUint16(h[52:], uint16(ehsize))
-		o.PutUint16(h[54:], uint16(phentsize))
-		o.PutUint16(h[56:], phnum)
-		if xnum {
-			o.PutUint16(h[58:], uint16(shentsize))
-			o.PutUint16(h[60:], 1)
-		}
-	} else {
-		o.PutUint32(h[28:], uint32(ehsize))
-		o.PutUint32(h[32:], uint32(shoff))
-		o.PutUint16(h[40:], uint16(ehsize))
-		o.PutUint16(h[42:], uint16(phentsize))
-		o.PutUint16(h[44:], phnum)
-		if xnum {
-			o.PutUint16(h[46:], uint16(shentsize))
-			o.PutUint16(h[48:], 1)
-		}
-	}
-	b := bytes.NewBuffer(h)
-	b.Grow(nph*phentsize + c.notePad + len(notes) + 4096)
-	b.Write(c.phdr(elf.PT_NOTE, 0, noteOff, 0, uint64(len(notes)), 0))
+	l := CoreLayout{NoteWriter: c.nw(), Notes: c.noteData(), XNum: c.xnum, NotePad: c.notePad, NullPhdrs: c.nullPhdrs, Align: c.align}
 	for _, s := range c.segs {
-		memsz := s.memsz
-		if memsz == 0 {
-			memsz = s.size
-		}
-		b.Write(c.phdr(elf.PT_LOAD, s.flags, s.offset, s.vaddr, s.size, memsz))
+		l.Segs = append(l.Segs, CoreSegment{Vaddr: s.vaddr, Filesz: s.size, Memsz: s.memsz, Flags: s.flags})
 	}
-	for i := 0; i < c.nullPhdrs; i++ {
-		b.Write(make([]byte, phentsize))
+	hdr, _, shdr = l.Header()
+	for i := range c.segs {
+		c.segs[i].offset = l.Segs[i].Offset
+		dataSize += c.segs[i].size
 	}
-	b.Write(make([]byte, c.notePad))
-	b.Write(notes)
-	b.Write(make([]byte, dataStart-uint64(b.Len())))
-	if xnum {
-		shdr = make([]byte, shentsize)
-		if c.class == elf.ELFCLASS64 {
-			o.PutUint64(shdr[32:], 1) // sh_size = e_shnum
-			o.PutUint32(shdr[44:], uint32(nph))
-		} else {
-			o.PutUint32(shdr[20:], 1)
-			o.PutUint32(shdr[28:], uint32(nph))
-		}
-	}
-	return b.Bytes(), dataSize, shdr
-}
-
-func (c *synthCore) phdr(typ elf.ProgType, flags elf.ProgFlag, off, vaddr, filesz, memsz uint64) []byte {
-	o := c.ord()
-	if c.class == elf.ELFCLASS64 {
-		p := make([]byte, 56)
-		o.PutUint32(p[0:], uint32(typ))
-		o.PutUint32(p[4:], uint32(flags))
-		o.PutUint64(p[8:], off)
-		o.PutUint64(p[16:], vaddr)
-		o.PutUint64(p[32:], filesz)
-		o.PutUint64(p[40:], memsz)
-		o.PutUint64(p[48:], 1)
-		if typ == elf.PT_LOAD {
-			o.PutUint64(p[48:], 4096)
-		}
-		return p
-	}
-	p := make([]byte, 32)
-	o.PutUint32(p[0:], uint32(typ))
-	o.PutUint32(p[4:], uint32(off))
-	o.PutUint32(p[8:], uint32(vaddr))
-	o.PutUint32(p[16:], uint32(filesz))
-	o.PutUint32(p[20:], uint32(memsz))
-	o.PutUint32(p[24:], uint32(flags))
-	o.PutUint32(p[28:], 1)
-	return p
+	return hdr, dataSize, shdr
 }
 
 // reader streams the core without holding the segment data in memory.

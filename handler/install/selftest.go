@@ -103,7 +103,7 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 		{Start: progBase, End: progBase + uint64(len(prog)+4095)&^4095, Path: progPath}}))
 	addNote("CORE", uint32(elf.NT_PRSTATUS), nw.PRStatus(tidOther, 0, gregs(a, otherPC, otherSP)))
 
-	core := coreFile(a, notes, stackLo, stack)
+	core := coreFile(nw, notes, stackLo, stack)
 	src := func(m *module.Module) (io.ReaderAt, io.Closer, error) {
 		if m.Path != progPath {
 			return nil, nil, fmt.Errorf("%s: not the self-test's program", m.Path)
@@ -423,24 +423,13 @@ func syntheticProgram(a *arch.Arch) []byte {
 	return file
 }
 
-// coreFile lays a core out as the kernel does: ELF header, PT_NOTE first,
-// then PT_LOADs, notes, padding to a page, segment data in header order.
-// The program's mapping is a PT_LOAD without file data (text is not
-// dumped); the stack is.
-func coreFile(a *arch.Arch, notes []byte, stackLo uint64, stack []byte) []byte {
-	ehsize, phentsize := 52, 32
-	if a.PtrSize == 8 {
-		ehsize, phentsize = 64, 56
-	}
-	noteOff := uint64(ehsize + 3*phentsize)
-	dataOff := (noteOff + uint64(len(notes)) + 4095) &^ 4095
-	var b bytes.Buffer
-	b.Write(elfHeader(a, elf.ET_CORE, 0, 3, 0, 0, 0))
-	b.Write(phdr(a, elf.PT_NOTE, 0, noteOff, 0, uint64(len(notes)), 0, 1))
-	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_X, dataOff, progBase, 0, 4096, 4096))
-	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_W, dataOff, stackLo, uint64(len(stack)), uint64(len(stack)), 4096))
-	b.Write(notes)
-	b.Write(make([]byte, dataOff-uint64(b.Len())))
-	b.Write(stack)
-	return b.Bytes()
+// coreFile is the core (coredump.CoreLayout): the program's mapping is a
+// PT_LOAD without file data (text is not dumped); the stack is dumped.
+func coreFile(nw coredump.NoteWriter, notes []byte, stackLo uint64, stack []byte) []byte {
+	l := coredump.CoreLayout{NoteWriter: nw, Notes: notes, Segs: []coredump.CoreSegment{
+		{Vaddr: progBase, Memsz: 4096, Flags: elf.PF_R | elf.PF_X},
+		{Vaddr: stackLo, Filesz: uint64(len(stack)), Flags: elf.PF_R | elf.PF_W},
+	}}
+	hdr, _, _ := l.Header()
+	return append(hdr, stack...)
 }
