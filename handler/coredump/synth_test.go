@@ -217,7 +217,7 @@ func sampleCore(class elf.Class, m elf.Machine) *synthCore {
 	c.addThread(101, 11, regsFor(m, 0x1000))
 	c.addNote("CORE", ntPRPSInfo, c.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
 	c.addNote("CORE", ntSigInfo, c.siginfo(11, 0, 1, 0xdead0))
-	c.addNote("CORE", ntAuxv, c.auxv(6, 4096, AT_SYSINFO_EHDR, 0x7fff0000, 9, 0x401000))
+	c.addNote("CORE", ntAuxv, c.auxv(AT_PAGESZ, 4096, AT_SYSINFO_EHDR, 0x7fff0000, AT_ENTRY, 0x401000))
 	c.addNote("CORE", ntFile, c.ntfile(4096, []FileMapping{
 		{Start: 0x400000, End: 0x401000, Offset: 0, Path: "/usr/bin/crasher"},
 		{Start: 0x401000, End: 0x403000, Offset: 0x1000, Path: "/usr/bin/crasher"},
