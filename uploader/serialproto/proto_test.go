@@ -143,7 +143,9 @@ func TestTransferLossy(t *testing.T) {
 				data := make([]byte, 1000+i*3000)
 				rand.Read(data)
 				st0, err := s.Send(ctx, id, data)
-				if err != nil || st0 != Stored {
+				// A lost done makes the next offer a duplicate: stored
+				// once all the same (checked below).
+				if err != nil || st0 != Stored && !(st0 == Duplicate && drop > 0) {
 					t.Fatalf("report %d: %v %v", i, st0, err)
 				}
 				if !bytes.Equal(st.got[id], data) {

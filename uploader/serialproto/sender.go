@@ -10,26 +10,40 @@ import (
 
 // Options tune a Sender. Zero values take the defaults.
 type Options struct {
-	Window  int           // data frames in flight (default 8, max 64)
-	Chunk   int           // data bytes per frame (default 512, max MaxPayload-8)
-	RTO     time.Duration // wait for a reply before resending (default from Baud)
-	Baud    int           // line speed, to size the default RTO (default 115200)
-	Retries int           // timeouts in a row without progress before giving up (default 8)
-	Name    string        // sent in the hello (the device id)
+	Window   int           // data frames in flight (default 16, max 64)
+	Chunk    int           // largest data bytes per frame (default 512 text, 1024 binary; max MaxPayload-8)
+	MinChunk int           // smallest, on a noisy line (default 64)
+	Binary   bool          // ask for binary framing (a dedicated UART)
+	RTO      time.Duration // wait for a reply before resending (default from Baud)
+	Baud     int           // line speed, to size the default RTO (default 115200)
+	Retries  int           // timeouts in a row without progress before giving up (default 8)
+	Name     string        // sent in the hello (the device id)
 }
+
+// MaxChunk is the largest data chunk a frame carries.
+const MaxChunk = MaxPayload - 8
 
 func (o *Options) defaults() {
 	if o.Window <= 0 {
-		o.Window = 8
+		o.Window = 16
 	}
 	if o.Window > 64 {
 		o.Window = 64
 	}
 	if o.Chunk <= 0 {
 		o.Chunk = 512
+		if o.Binary {
+			o.Chunk = 1024
+		}
 	}
-	if o.Chunk > MaxPayload-8 {
-		o.Chunk = MaxPayload - 8
+	if o.Chunk > MaxChunk {
+		o.Chunk = MaxChunk
+	}
+	if o.MinChunk <= 0 {
+		o.MinChunk = 64
+	}
+	if o.MinChunk > o.Chunk {
+		o.MinChunk = o.Chunk
 	}
 	if o.Baud <= 0 {
 		o.Baud = 115200
@@ -58,14 +72,20 @@ type Sender struct {
 	opt  Options
 	peer Hello
 
+	// chunk is the data bytes per frame now: it halves when frames are
+	// lost and grows back while they are not (AIMD, between MinChunk and
+	// Chunk). It carries over from report to report.
+	chunk int
+
 	// Stats of the last Send, for logs and tests.
 	Resent int // data frames sent again
+	Chunks int // chunk size when the last Send ended
 }
 
 // NewSender uses c with opt.
 func NewSender(c *Conn, opt Options) *Sender {
 	opt.defaults()
-	return &Sender{c: c, opt: opt}
+	return &Sender{c: c, opt: opt, chunk: opt.Chunk}
 }
 
 // Peer is the receiver's hello, after Handshake.
@@ -74,7 +94,11 @@ func (s *Sender) Peer() Hello { return s.peer }
 // Handshake sends hellos until the receiver answers one, and adopts the
 // smaller window and chunk.
 func (s *Sender) Handshake(ctx context.Context) error {
-	hello := Hello{Role: RoleUploader, Window: uint8(s.opt.Window), Chunk: uint16(s.opt.Chunk), Name: s.opt.Name}.Encode()
+	flags := uint8(FlagSack)
+	if s.opt.Binary {
+		flags |= FlagBinary
+	}
+	hello := Hello{Role: RoleUploader, Flags: flags, Window: uint8(s.opt.Window), Chunk: uint16(s.opt.Chunk), Name: s.opt.Name}.Encode()
 	return s.ask(ctx, s.opt.Retries, THello, hello, func(seq uint32, f Frame) bool {
 		if f.Type != THello {
 			return false
@@ -90,6 +114,11 @@ func (s *Sender) Handshake(ctx context.Context) error {
 		if h.Chunk > 0 && int(h.Chunk) < s.opt.Chunk {
 			s.opt.Chunk = int(h.Chunk)
 		}
+		s.opt.MinChunk = min(s.opt.MinChunk, s.opt.Chunk)
+		s.chunk = min(s.chunk, s.opt.Chunk)
+		// Binary framing only when both asked for it: a receiver that
+		// predates it answers without the flag, and text stays.
+		s.c.SetBinary(s.opt.Binary && h.Flags&FlagBinary != 0)
 		return true
 	})
 }
@@ -146,16 +175,17 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		return Rejected, errors.New("report larger than 4 GiB")
 	}
 	s.Resent = 0
+	defer func() { s.Chunks = s.chunk }()
 	offer := Offer{ID: id, Size: uint32(len(data)), SHA256: sha256.Sum256(data)}
-	size := uint32(len(data))
+	x := &xfer{s: s, data: data, size: uint32(len(data)), sack: s.peer.Flags&FlagSack != 0}
 	timeouts := 0
 	for timeouts < s.opt.Retries {
-		// Offer, and learn how much the receiver already holds.
-		xfer, err := s.c.Send(TOffer, offer.Encode())
+		// Offer, and learn what the receiver already holds.
+		seq, err := s.c.Send(TOffer, offer.Encode())
 		if err != nil {
 			return 0, fmt.Errorf("%w: %v", ErrClosed, err)
 		}
-		var base uint32
+		x.reset(seq)
 		got := false
 		deadline := time.Now().Add(s.opt.RTO)
 		for !got {
@@ -174,8 +204,9 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			case TDone:
 				return r.Status, nil
 			case TAck:
-				if r.Offset <= size {
-					base, got = r.Offset, true
+				if r.Offset <= x.size {
+					x.ack(r)
+					got = true
 				}
 			}
 		}
@@ -184,27 +215,14 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			continue
 		}
 		timeouts = 0
-		// Data, a window at a time; acks are cumulative.
-		next := base
-		sentMax := base
+		// Data: up to a window of frames in flight; each ack says what
+		// the receiver holds, and a frame sent before the one it answers
+		// that it does not hold was lost (a serial line keeps order).
 		deadline = time.Now().Add(s.opt.RTO)
 		reoffer := false
 		for !reoffer {
-			for next < size && next-base < uint32(s.opt.Window*s.opt.Chunk) {
-				n := uint32(s.opt.Chunk)
-				if size-next < n {
-					n = size - next
-				}
-				if next < sentMax {
-					s.Resent++
-				}
-				if _, err := s.c.Send(TData, Data{Xfer: xfer, Offset: next, Bytes: data[next : next+n]}.Encode()); err != nil {
-					return 0, fmt.Errorf("%w: %v", ErrClosed, err)
-				}
-				next += n
-				if next > sentMax {
-					sentMax = next
-				}
+			if err := x.fill(); err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrClosed, err)
 			}
 			f, err := s.recv(ctx, deadline)
 			if err == errTimeout {
@@ -212,13 +230,13 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				if timeouts >= s.opt.Retries {
 					return 0, ErrLinkDown
 				}
-				if base == size || timeouts%2 == 0 {
-					// All sent but no done, or the receiver may have
+				if x.complete() || timeouts%2 == 0 {
+					// All held but no done, or the receiver may have
 					// lost the transfer (restarted): offer again.
 					reoffer = true
 					continue
 				}
-				next = base // go back
+				x.timeout()
 				deadline = time.Now().Add(s.opt.RTO)
 				continue
 			}
@@ -233,27 +251,227 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			case TDone:
 				return r.Status, nil
 			case TAck:
-				if r.Offset > base && r.Offset <= size {
-					base = r.Offset
+				if r.Offset <= x.size && x.ack(r) {
 					timeouts = 0
 					deadline = time.Now().Add(s.opt.RTO)
 				}
-				if next < base {
-					next = base
-				}
 			case TNak:
-				if r.Offset == 0 && r.Reason != "" && base > 0 {
+				if r.Offset == 0 && r.Reason != "" {
 					// Checksum failed at the end: start over.
-					base, next = 0, 0
+					x.restart()
 					continue
 				}
-				if r.Offset >= base && r.Offset < next {
-					next = r.Offset
-				}
+				x.nak(r.Offset)
 			}
 		}
 	}
 	return 0, ErrLinkDown
+}
+
+// seg is a data frame sent and not yet held by the receiver.
+type seg struct {
+	off, n uint32
+	seq    uint32 // of its last sending
+	lost   bool   // to send again
+}
+
+// xfer is the sender's state of one transfer.
+type xfer struct {
+	s       *Sender
+	data    []byte
+	size    uint32
+	sack    bool    // the receiver keeps data beyond a gap
+	held    []Range // what the receiver said it holds
+	segs    []seg   // sent, not held, in offset order
+	next    uint32  // the first offset never sent in this transfer
+	offer   uint32  // seq of the offer: frames before it are void
+	recover uint32  // no second halving for frames sent before this seq
+}
+
+// reset starts over after an offer: what is held comes with its ack.
+func (x *xfer) reset(offerSeq uint32) {
+	x.held, x.segs, x.next, x.offer = nil, nil, 0, offerSeq
+}
+
+// restart forgets everything the receiver held (it did too).
+func (x *xfer) restart() { x.held, x.segs, x.next = nil, nil, 0 }
+
+func (x *xfer) complete() bool {
+	return x.size == 0 || len(x.held) == 1 && x.held[0] == Range{0, x.size}
+}
+
+// after reports whether seq a was sent after b.
+func after(a, b uint32) bool { return int32(a-b) > 0 }
+
+// fill sends frames until a window is in flight: the lost ones first,
+// lowest offset first (split to the chunk size now), then new data.
+func (x *xfer) fill() error {
+	s := x.s
+	inflight := 0
+	for _, g := range x.segs {
+		if !g.lost {
+			inflight++
+		}
+	}
+	for inflight < s.opt.Window {
+		i := -1
+		for k := range x.segs {
+			if x.segs[k].lost {
+				i = k
+				break
+			}
+		}
+		if i >= 0 {
+			g := &x.segs[i]
+			if int(g.n) > s.chunk {
+				rest := seg{off: g.off + uint32(s.chunk), n: g.n - uint32(s.chunk), lost: true}
+				g.n = uint32(s.chunk)
+				x.segs = append(x.segs[:i+1], append([]seg{rest}, x.segs[i+1:]...)...)
+				g = &x.segs[i]
+			}
+			seq, err := x.send(g.off, g.n)
+			if err != nil {
+				return err
+			}
+			g.seq, g.lost = seq, false
+			s.Resent++
+			inflight++
+			continue
+		}
+		// New data, skipping what the receiver already holds.
+		limit := x.size
+		for _, rg := range x.held {
+			if x.next >= rg.Start && x.next < rg.End {
+				x.next = rg.End
+			}
+			if rg.Start > x.next {
+				limit = rg.Start
+				break
+			}
+		}
+		if x.next >= x.size {
+			return nil
+		}
+		n := min(uint32(s.chunk), limit-x.next)
+		seq, err := x.send(x.next, n)
+		if err != nil {
+			return err
+		}
+		x.segs = append(x.segs, seg{off: x.next, n: n, seq: seq})
+		x.next += n
+		inflight++
+	}
+	return nil
+}
+
+func (x *xfer) send(off, n uint32) (uint32, error) {
+	return x.s.c.Send(TData, Data{Xfer: x.offer, Offset: off, Bytes: x.data[off : off+n]}.Encode())
+}
+
+// ack takes in what an ack says the receiver holds; it reports progress.
+func (x *xfer) ack(r Reply) bool {
+	s := x.s
+	progress := false
+	add := func(rg Range) {
+		rg.End = min(rg.End, x.size)
+		if rg.Start < rg.End && !covered(x.held, rg) {
+			x.held = addRange(x.held, rg)
+			progress = true
+		}
+	}
+	add(Range{0, r.Offset})
+	sk, ok := r.Sack()
+	if ok && x.sack {
+		for _, rg := range sk.Ranges {
+			add(rg)
+		}
+	}
+	kept := x.segs[:0]
+	for _, g := range x.segs {
+		if covered(x.held, Range{g.off, g.off + g.n}) {
+			if !g.lost && after(g.seq, x.recover) {
+				// Additive increase: a frame through since the last loss.
+				s.chunk = min(s.chunk+32, s.opt.Chunk)
+			}
+			continue
+		}
+		if ok && x.sack && !g.lost && after(sk.Echo, g.seq) {
+			// Sent before the frame this ack answers, not held: lost.
+			g.lost = true
+			x.loss(g.seq)
+		}
+		kept = append(kept, g)
+	}
+	x.segs = kept
+	return progress
+}
+
+// nak from a receiver that drops data beyond a gap: everything from the
+// offset on is lost.
+func (x *xfer) nak(off uint32) {
+	if x.sack {
+		return // the acks say what is missing
+	}
+	for i := range x.segs {
+		if g := &x.segs[i]; g.off >= off && !g.lost {
+			g.lost = true
+			x.loss(g.seq)
+		}
+	}
+}
+
+// timeout: nothing came for an RTO; every frame in flight is lost.
+func (x *xfer) timeout() {
+	for i := range x.segs {
+		if g := &x.segs[i]; !g.lost {
+			g.lost = true
+			x.loss(g.seq)
+		}
+	}
+}
+
+// loss halves the chunk size, once for all the frames in flight when it
+// happened (one burst of noise is one event).
+func (x *xfer) loss(seq uint32) {
+	s := x.s
+	if !after(seq, x.recover) {
+		return
+	}
+	s.chunk = max(s.chunk/2, s.opt.MinChunk)
+	x.recover, _ = s.c.LastSeq()
+}
+
+// covered reports whether rs holds all of r.
+func covered(rs []Range, r Range) bool {
+	for _, x := range rs {
+		if x.Start <= r.Start && r.End <= x.End {
+			return true
+		}
+	}
+	return false
+}
+
+// addRange merges r into the ordered, disjoint rs.
+func addRange(rs []Range, r Range) []Range {
+	out := make([]Range, 0, len(rs)+1)
+	placed := false
+	for _, x := range rs {
+		switch {
+		case x.End < r.Start:
+			out = append(out, x)
+		case r.End < x.Start:
+			if !placed {
+				out, placed = append(out, r), true
+			}
+			out = append(out, x)
+		default:
+			r.Start, r.End = min(r.Start, x.Start), max(r.End, x.End)
+		}
+	}
+	if !placed {
+		out = append(out, r)
+	}
+	return out
 }
 
 // reply parses f as an ack, nak or done for id.
