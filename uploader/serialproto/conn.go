@@ -56,10 +56,17 @@ func (c *Conn) Err() error {
 func (c *Conn) Noise() (noise, corrupt int) { return c.rd.Noise, c.rd.Corrupt }
 
 // LastSeq is the sequence number of the last frame sent.
-func (c *Conn) LastSeq() (uint32, bool) {
+func (c *Conn) LastSeq() uint32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.seq, c.binary
+	return c.seq
+}
+
+// Binary reports whether frames are sent in binary framing.
+func (c *Conn) Binary() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.binary
 }
 
 // SetBinary chooses the framing of the frames sent from now on: binary

@@ -438,7 +438,7 @@ func (x *xfer) loss(seq uint32) {
 		return
 	}
 	s.chunk = max(s.chunk/2, s.opt.MinChunk)
-	x.recover, _ = s.c.LastSeq()
+	x.recover = s.c.LastSeq()
 }
 
 // covered reports whether rs holds all of r.

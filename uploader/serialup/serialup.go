@@ -100,7 +100,11 @@ func (t *Transport) connect(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", t.cfg.Port, err)
 	}
 	peer := t.snd.Peer()
-	t.logf("%s: receiver %q answered (window %d, chunk %d)", t.cfg.Port, peer.Name, peer.Window, peer.Chunk)
+	framing := "text"
+	if t.conn.Binary() {
+		framing = "binary"
+	}
+	t.logf("%s: receiver %q answered (window %d, chunk %d, %s framing)", t.cfg.Port, peer.Name, peer.Window, peer.Chunk, framing)
 	return nil
 }
 
@@ -122,7 +126,7 @@ func (t *Transport) Send(ctx context.Context, it uploader.Item) (uploader.Result
 		return uploader.Result{}, err
 	}
 	if t.snd.Resent > 0 {
-		t.logf("%s: %d data frames resent", it.Name, t.snd.Resent)
+		t.logf("%s: %d data frames resent, chunk now %d bytes", it.Name, t.snd.Resent, t.snd.Chunks)
 	}
 	switch st {
 	case serialproto.Stored:
