@@ -197,7 +197,10 @@ func (l *relay) write(from <-chan chunk, to func() *os.File) {
 				if n > 64 {
 					n = 64
 				}
-				if now := time.Now(); next.Before(now) {
+				// A line idle for a while starts afresh; a sleep that
+				// overran by a scheduler tick does not cost line time
+				// (a UART does not pause when the CPU is late).
+				if now := time.Now(); next.Before(now.Add(-10 * time.Millisecond)) {
 					next = now
 				}
 				next = next.Add(time.Duration(n) * time.Second / time.Duration(l.f.bps))
@@ -280,6 +283,16 @@ port = %q
 baud = 115200
 `, q.Dir(), sUp)), 0o644)
 	return r
+}
+
+// framing sets serial.framing in the board's config ("text" or "binary").
+func (r *rig) framing(t testing.TB, framing string) {
+	f, err := os.OpenFile(r.cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "framing = %q\n", framing)
 }
 
 // replug unplugs the receiver's adapter for d, then plugs a new one in

@@ -11,10 +11,11 @@ import (
 // Options tune a Sender. Zero values take the defaults.
 type Options struct {
 	Window   int           // data frames in flight (default 16, max 64)
+	InFlight int           // data bytes in flight (default 4096): what waits in the line's buffers delays every ack
 	Chunk    int           // largest data bytes per frame (default 512 text, 1024 binary; max MaxPayload-8)
 	MinChunk int           // smallest, on a noisy line (default 64)
 	Binary   bool          // ask for binary framing (a dedicated UART)
-	RTO      time.Duration // wait for a reply before resending (default from Baud)
+	RTO      time.Duration // longest wait for a reply before resending (default from Baud); less once round trips were measured
 	Baud     int           // line speed, to size the default RTO (default 115200)
 	Retries  int           // timeouts in a row without progress before giving up (default 8)
 	Name     string        // sent in the hello (the device id)
@@ -29,6 +30,9 @@ func (o *Options) defaults() {
 	}
 	if o.Window > 64 {
 		o.Window = 64
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 4096
 	}
 	if o.Chunk <= 0 {
 		o.Chunk = 512
@@ -76,6 +80,10 @@ type Sender struct {
 	// lost and grows back while they are not (AIMD, between MinChunk and
 	// Chunk). It carries over from report to report.
 	chunk int
+	// srtt and rttvar estimate the round trip of a frame and its ack
+	// (as TCP does, RFC 6298), measured on acks that name the frame they
+	// answer; 0 before the first.
+	srtt, rttvar time.Duration
 
 	// Stats of the last Send, for logs and tests.
 	Resent int // data frames sent again
@@ -132,7 +140,7 @@ func (s *Sender) ask(ctx context.Context, tries int, t Type, payload []byte, ans
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrClosed, err)
 		}
-		deadline := time.Now().Add(s.opt.RTO)
+		deadline := time.Now().Add(s.rto())
 		for {
 			f, err := s.recv(ctx, deadline)
 			if err == errTimeout {
@@ -150,6 +158,35 @@ func (s *Sender) ask(ctx context.Context, tries int, t Type, payload []byte, ans
 }
 
 var errTimeout = errors.New("timeout")
+
+// minRTO bounds the measured timeout from below.
+const minRTO = 200 * time.Millisecond
+
+// rto is how long to wait for an answer: from the measured round trips,
+// within [minRTO, opt.RTO].
+func (s *Sender) rto() time.Duration {
+	if s.srtt == 0 {
+		return s.opt.RTO
+	}
+	return min(max(s.srtt+4*s.rttvar, minRTO), s.opt.RTO)
+}
+
+// sample takes in one measured round trip.
+func (s *Sender) sample(d time.Duration) {
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	if s.srtt == 0 {
+		s.srtt, s.rttvar = d, d/2
+		return
+	}
+	diff := s.srtt - d
+	if diff < 0 {
+		diff = -diff
+	}
+	s.rttvar = (3*s.rttvar + diff) / 4
+	s.srtt = (7*s.srtt + d) / 8
+}
 
 func (s *Sender) recv(ctx context.Context, deadline time.Time) (Frame, error) {
 	t := time.NewTimer(time.Until(deadline))
@@ -187,7 +224,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		}
 		x.reset(seq)
 		got := false
-		deadline := time.Now().Add(s.opt.RTO)
+		deadline := time.Now().Add(s.rto())
 		for !got {
 			f, err := s.recv(ctx, deadline)
 			if err == errTimeout {
@@ -218,13 +255,20 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		// Data: up to a window of frames in flight; each ack says what
 		// the receiver holds, and a frame sent before the one it answers
 		// that it does not hold was lost (a serial line keeps order).
-		deadline = time.Now().Add(s.opt.RTO)
+		// The timer runs from the last progress: RTO while data is in
+		// flight, the full one for the done (the receiver checks the
+		// sha256 and syncs the report to disk first).
+		mark := time.Now()
 		reoffer := false
 		for !reoffer {
 			if err := x.fill(); err != nil {
 				return 0, fmt.Errorf("%w: %v", ErrClosed, err)
 			}
-			f, err := s.recv(ctx, deadline)
+			wait := s.rto()
+			if x.complete() {
+				wait = s.opt.RTO
+			}
+			f, err := s.recv(ctx, mark.Add(wait))
 			if err == errTimeout {
 				timeouts++
 				if timeouts >= s.opt.Retries {
@@ -237,7 +281,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 					continue
 				}
 				x.timeout()
-				deadline = time.Now().Add(s.opt.RTO)
+				mark = time.Now()
 				continue
 			}
 			if err != nil {
@@ -253,7 +297,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			case TAck:
 				if r.Offset <= x.size && x.ack(r) {
 					timeouts = 0
-					deadline = time.Now().Add(s.opt.RTO)
+					mark = time.Now()
 				}
 			case TNak:
 				if r.Offset == 0 && r.Reason != "" {
@@ -271,8 +315,9 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 // seg is a data frame sent and not yet held by the receiver.
 type seg struct {
 	off, n uint32
-	seq    uint32 // of its last sending
-	lost   bool   // to send again
+	seq    uint32    // of its last sending
+	at     time.Time // of its last sending
+	lost   bool      // to send again
 }
 
 // xfer is the sender's state of one transfer.
@@ -285,12 +330,13 @@ type xfer struct {
 	segs    []seg   // sent, not held, in offset order
 	next    uint32  // the first offset never sent in this transfer
 	offer   uint32  // seq of the offer: frames before it are void
-	recover uint32  // no second halving for frames sent before this seq
+	offerAt time.Time
+	recover uint32 // no second halving for frames sent before this seq
 }
 
 // reset starts over after an offer: what is held comes with its ack.
 func (x *xfer) reset(offerSeq uint32) {
-	x.held, x.segs, x.next, x.offer = nil, nil, 0, offerSeq
+	x.held, x.segs, x.next, x.offer, x.offerAt = nil, nil, 0, offerSeq, time.Now()
 }
 
 // restart forgets everything the receiver held (it did too).
@@ -307,13 +353,14 @@ func after(a, b uint32) bool { return int32(a-b) > 0 }
 // lowest offset first (split to the chunk size now), then new data.
 func (x *xfer) fill() error {
 	s := x.s
-	inflight := 0
+	inflight, bytes := 0, 0
 	for _, g := range x.segs {
 		if !g.lost {
 			inflight++
+			bytes += int(g.n)
 		}
 	}
-	for inflight < s.opt.Window {
+	for inflight < s.opt.Window && (inflight == 0 || bytes < s.opt.InFlight) {
 		i := -1
 		for k := range x.segs {
 			if x.segs[k].lost {
@@ -333,9 +380,10 @@ func (x *xfer) fill() error {
 			if err != nil {
 				return err
 			}
-			g.seq, g.lost = seq, false
+			g.seq, g.at, g.lost = seq, time.Now(), false
 			s.Resent++
 			inflight++
+			bytes += int(g.n)
 			continue
 		}
 		// New data, skipping what the receiver already holds.
@@ -357,9 +405,10 @@ func (x *xfer) fill() error {
 		if err != nil {
 			return err
 		}
-		x.segs = append(x.segs, seg{off: x.next, n: n, seq: seq})
+		x.segs = append(x.segs, seg{off: x.next, n: n, seq: seq, at: time.Now()})
 		x.next += n
 		inflight++
+		bytes += int(n)
 	}
 	return nil
 }
@@ -384,6 +433,16 @@ func (x *xfer) ack(r Reply) bool {
 	if ok && x.sack {
 		for _, rg := range sk.Ranges {
 			add(rg)
+		}
+		// The ack names the frame it answers: a round trip measured
+		// without ambiguity, resent or not.
+		if sk.Echo == x.offer {
+			s.sample(time.Since(x.offerAt))
+		}
+		for _, g := range x.segs {
+			if g.seq == sk.Echo && !g.lost {
+				s.sample(time.Since(g.at))
+			}
 		}
 	}
 	kept := x.segs[:0]
