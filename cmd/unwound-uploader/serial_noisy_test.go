@@ -31,7 +31,7 @@ func TestSerialNoisyLine(t *testing.T) {
 	}
 	for _, framing := range []string{"binary", "text"} {
 		t.Run(framing, func(t *testing.T) {
-			r := newRig(t, n, 300, noisy)
+			r := newRig(t, n, 1500, noisy)
 			r.framing(t, framing)
 			budget := 10 * time.Minute
 			rx, rxLog := r.receiver(t, "--idle", budget.String())
@@ -72,17 +72,18 @@ func TestSerialNoisyLine(t *testing.T) {
 // summary counts the resends and the final chunk sizes the uploader
 // logged.
 func summary(log string) string {
-	resends, lines := 0, 0
+	resends, timeouts, lines := 0, 0, 0
 	last := ""
 	for _, l := range strings.Split(log, "\n") {
-		var n, c int
-		if i := strings.Index(l, ": "); i >= 0 {
-			if _, err := fmt.Sscanf(l[i+2:], "%d data frames resent, chunk now %d bytes", &n, &c); err == nil {
+		var n, to, c int
+		if i := strings.Index(l, ".zst: "); i >= 0 {
+			if _, err := fmt.Sscanf(l[i+6:], "%d data frames resent, %d timeouts, chunk now %d bytes", &n, &to, &c); err == nil {
 				resends += n
+				timeouts += to
 				lines++
 				last = strconv.Itoa(c)
 			}
 		}
 	}
-	return fmt.Sprintf("%d frames resent over %d reports, last chunk %s bytes", resends, lines, last)
+	return fmt.Sprintf("%d frames resent and %d timeouts over %d reports, last chunk %s bytes", resends, timeouts, lines, last)
 }

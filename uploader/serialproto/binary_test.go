@@ -206,11 +206,11 @@ func TestChunkFollowsLine(t *testing.T) {
 			}
 		}
 		s, st := session(t, Options{Binary: bin, RTO: 200 * time.Millisecond, Retries: 50}, relay(1), relay(2))
-		send := func() {
+		send := func(size int) {
 			t.Helper()
 			var id ID
 			rand.Read(id[:])
-			data := make([]byte, 30000)
+			data := make([]byte, size)
 			rand.Read(data)
 			status, err := s.Send(context.Background(), id, data)
 			if err != nil || status != Stored && status != Duplicate || !bytes.Equal(st.got[id], data) {
@@ -220,12 +220,12 @@ func TestChunkFollowsLine(t *testing.T) {
 		max := s.opt.Chunk
 		var noisyChunks []int
 		for i := 0; i < 3; i++ {
-			send()
+			send(8000)
 			noisyChunks = append(noisyChunks, s.Chunks)
 		}
 		rate.Store(0.0)
-		send()
-		send()
+		send(40000)
+		send(40000)
 		t.Logf("binary %v: max %d, chunk after noisy reports %v, after clean ones %d", bin, max, noisyChunks, s.Chunks)
 		for _, c := range noisyChunks {
 			if c > max/2 {

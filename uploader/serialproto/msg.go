@@ -171,7 +171,7 @@ func ParseReply(p []byte) (Reply, error) {
 type Range struct{ Start, End uint32 }
 
 // MaxSackRanges bounds the ranges one ack carries.
-const MaxSackRanges = 16
+const MaxSackRanges = 8
 
 // Sack is what a selective ack adds to an ack, in its reason bytes (a peer
 // that predates it reads an ack's reason as text for logs and ignores

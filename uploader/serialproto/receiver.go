@@ -44,6 +44,13 @@ type Receiver struct {
 	cur   *partial // the transfer data frames belong to
 	empty bool     // the last frame said the uploader's queue is empty
 	sack  bool     // the uploader's hello asked for selective acks: no naks
+	// An ack held back: acks to a selective-ack uploader go out once
+	// ackBytes of data came or ackDelay passed, whichever is first, so
+	// that small frames on a noisy line do not fill the way back.
+	pending      *partial
+	pendingSeq   uint32
+	pendingBytes int
+	pendingT     *time.Timer
 	// Stored counts reports stored by this receiver; Dups the offers of
 	// reports it already had.
 	Stored, Dups int
@@ -135,7 +142,16 @@ func (r *Receiver) Serve(ctx context.Context) error {
 		idle = t.C
 	}
 	for {
+		var flush <-chan time.Time
+		if r.pending != nil {
+			flush = r.pendingT.C
+		}
 		select {
+		case <-flush:
+			r.pendingT = nil
+			if err := r.flush(); err != nil {
+				return err
+			}
 		case f, ok := <-r.c.Frames():
 			if !ok {
 				return r.c.Err()
@@ -164,6 +180,45 @@ func (r *Receiver) Serve(ctx context.Context) error {
 	}
 }
 
+// Ack pacing (see Receiver.pending).
+const (
+	ackBytes = 1024
+	ackDelay = 30 * time.Millisecond
+)
+
+// ackLater acks p after data frame seq of n bytes, now or soon.
+func (r *Receiver) ackLater(p *partial, seq uint32, n int) error {
+	if !r.sack {
+		return r.reply(TAck, p.ack(seq))
+	}
+	if r.pending != p {
+		r.pendingBytes = 0
+	}
+	r.pending, r.pendingSeq = p, seq
+	r.pendingBytes += n
+	if r.pendingBytes >= ackBytes {
+		return r.flush()
+	}
+	if r.pendingT == nil {
+		r.pendingT = time.NewTimer(ackDelay)
+	}
+	return nil
+}
+
+// flush sends the ack held back, if any.
+func (r *Receiver) flush() error {
+	p := r.pending
+	if r.pendingT != nil {
+		r.pendingT.Stop()
+		r.pendingT = nil
+	}
+	r.pending, r.pendingBytes = nil, 0
+	if p == nil {
+		return nil
+	}
+	return r.reply(TAck, p.ack(r.pendingSeq))
+}
+
 func (r *Receiver) reply(t Type, rp Reply) error {
 	_, err := r.c.Send(t, rp.Encode())
 	return err
@@ -173,6 +228,15 @@ func (r *Receiver) handle(f Frame) error {
 	// Answer in the framing the frame came in: an uploader switches to
 	// binary after its hello, and one that restarted starts in text.
 	r.c.SetBinary(f.Binary)
+	if f.Type != TData {
+		// Whatever comes next answers this frame; an ack held back
+		// for data would only be stale.
+		r.pending = nil
+		if r.pendingT != nil {
+			r.pendingT.Stop()
+			r.pendingT = nil
+		}
+	}
 	switch f.Type {
 	case THello:
 		h, err := ParseHello(f.Payload)
@@ -238,12 +302,13 @@ func (r *Receiver) handle(f Frame) error {
 		}
 		held := p.held()
 		if held == p.offer.Size {
+			r.pending = nil
 			return r.complete(p)
 		}
 		if held > before {
 			p.naked = false
 		}
-		if err := r.reply(TAck, p.ack(f.Seq)); err != nil {
+		if err := r.ackLater(p, f.Seq, len(d.Bytes)); err != nil {
 			return err
 		}
 		if d.Offset > held && !r.sack && !(p.naked && p.lastNak == held) {

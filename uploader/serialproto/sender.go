@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -53,9 +54,9 @@ func (o *Options) defaults() {
 		o.Baud = 115200
 	}
 	if o.RTO <= 0 {
-		// One second plus the time a whole window and its acks take on
-		// the line (10 bits per byte, base64 is 4/3).
-		line := time.Duration(o.Window*(o.Chunk+40)*4/3) * time.Second / time.Duration(o.Baud/10)
+		// One second plus the time the data in flight and its acks
+		// take on the line (10 bits per byte, base64 is 4/3).
+		line := time.Duration((o.InFlight+o.Chunk+40*o.Window)*4/3) * time.Second / time.Duration(o.Baud/10)
 		o.RTO = time.Second + 2*line
 	}
 	if o.Retries <= 0 {
@@ -76,18 +77,22 @@ type Sender struct {
 	opt  Options
 	peer Hello
 
-	// chunk is the data bytes per frame now: it halves when frames are
-	// lost and grows back while they are not (AIMD, between MinChunk and
-	// Chunk). It carries over from report to report.
-	chunk int
+	// chunk is the data bytes per frame now, between MinChunk and
+	// Chunk: the size that carries the most data at the error rate
+	// measured (lost frames per byte sent, forgetting the past by half
+	// every frameHalfLife bytes). It shrinks on a noisy line and grows
+	// back on a clean one, and carries over from report to report.
+	chunk        int
+	lost, tested float64
 	// srtt and rttvar estimate the round trip of a frame and its ack
 	// (as TCP does, RFC 6298), measured on acks that name the frame they
 	// answer; 0 before the first.
 	srtt, rttvar time.Duration
 
 	// Stats of the last Send, for logs and tests.
-	Resent int // data frames sent again
-	Chunks int // chunk size when the last Send ended
+	Resent   int // data frames sent again
+	Chunks   int // chunk size when the last Send ended
+	Timeouts int // waits that ended without an answer
 }
 
 // NewSender uses c with opt.
@@ -159,6 +164,36 @@ func (s *Sender) ask(ctx context.Context, tries int, t Type, payload []byte, ans
 
 var errTimeout = errors.New("timeout")
 
+// frameOverhead is what a data frame costs beside its data (header, data
+// header, CRC; the delimiters, or base64's padding and the magic, about
+// the same); frameHalfLife how fast the error rate forgets.
+const (
+	frameOverhead = 24
+	frameHalfLife = 16 << 10
+)
+
+// outcome takes in one data frame of n bytes received or lost, and sets
+// the chunk size. A frame of L bytes is received whole with probability
+// (1-p)^(L+h) at p errors per byte; the data carried per byte sent,
+// L/(L+h) (1-p)^(L+h), is largest where L(L+h) = h/p.
+func (s *Sender) outcome(n uint32, lost bool) {
+	s.tested += float64(n + frameOverhead)
+	if lost {
+		s.lost++
+	}
+	for s.tested > frameHalfLife {
+		s.tested /= 2
+		s.lost /= 2
+	}
+	if s.lost < 0.01 {
+		s.chunk = s.opt.Chunk
+		return
+	}
+	p, h := s.lost/s.tested, float64(frameOverhead)
+	best := (math.Sqrt(h*h+4*h/p) - h) / 2
+	s.chunk = int(min(max(best, float64(s.opt.MinChunk)), float64(s.opt.Chunk)))
+}
+
 // minRTO bounds the measured timeout from below.
 const minRTO = 200 * time.Millisecond
 
@@ -211,7 +246,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 	if uint64(len(data)) > 1<<32-1 {
 		return Rejected, errors.New("report larger than 4 GiB")
 	}
-	s.Resent = 0
+	s.Resent, s.Timeouts = 0, 0
 	defer func() { s.Chunks = s.chunk }()
 	offer := Offer{ID: id, Size: uint32(len(data)), SHA256: sha256.Sum256(data)}
 	x := &xfer{s: s, data: data, size: uint32(len(data)), sack: s.peer.Flags&FlagSack != 0}
@@ -249,6 +284,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		}
 		if !got {
 			timeouts++
+			s.Timeouts++
 			continue
 		}
 		timeouts = 0
@@ -266,11 +302,15 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			}
 			wait := s.rto()
 			if x.complete() {
-				wait = s.opt.RTO
+				// A lost done costs this wait and a second offer
+				// (answered "duplicate"): twice the round trip, half a
+				// second at least for the hash and the sync.
+				wait = min(max(2*wait, 500*time.Millisecond), s.opt.RTO)
 			}
 			f, err := s.recv(ctx, mark.Add(wait))
 			if err == errTimeout {
 				timeouts++
+				s.Timeouts++
 				if timeouts >= s.opt.Retries {
 					return 0, ErrLinkDown
 				}
@@ -331,7 +371,6 @@ type xfer struct {
 	next    uint32  // the first offset never sent in this transfer
 	offer   uint32  // seq of the offer: frames before it are void
 	offerAt time.Time
-	recover uint32 // no second halving for frames sent before this seq
 }
 
 // reset starts over after an offer: what is held comes with its ack.
@@ -445,19 +484,24 @@ func (x *xfer) ack(r Reply) bool {
 			}
 		}
 	}
+	// A full list of ranges may have left out later ones: what lies
+	// beyond its end is not known to be lost.
+	known := x.size
+	if ok && len(sk.Ranges) == MaxSackRanges {
+		known = sk.Ranges[MaxSackRanges-1].End
+	}
 	kept := x.segs[:0]
 	for _, g := range x.segs {
 		if covered(x.held, Range{g.off, g.off + g.n}) {
-			if !g.lost && after(g.seq, x.recover) {
-				// Additive increase: a frame through since the last loss.
-				s.chunk = min(s.chunk+32, s.opt.Chunk)
+			if !g.lost {
+				s.outcome(g.n, false)
 			}
 			continue
 		}
-		if ok && x.sack && !g.lost && after(sk.Echo, g.seq) {
+		if ok && x.sack && !g.lost && after(sk.Echo, g.seq) && g.off < known {
 			// Sent before the frame this ack answers, not held: lost.
 			g.lost = true
-			x.loss(g.seq)
+			s.outcome(g.n, true)
 		}
 		kept = append(kept, g)
 	}
@@ -474,30 +518,17 @@ func (x *xfer) nak(off uint32) {
 	for i := range x.segs {
 		if g := &x.segs[i]; g.off >= off && !g.lost {
 			g.lost = true
-			x.loss(g.seq)
+			x.s.outcome(g.n, true)
 		}
 	}
 }
 
-// timeout: nothing came for an RTO; every frame in flight is lost.
+// timeout: nothing came for an RTO; every frame in flight is lost. Not
+// counted as noise: a cut cable is not a reason for small frames.
 func (x *xfer) timeout() {
 	for i := range x.segs {
-		if g := &x.segs[i]; !g.lost {
-			g.lost = true
-			x.loss(g.seq)
-		}
+		x.segs[i].lost = true
 	}
-}
-
-// loss halves the chunk size, once for all the frames in flight when it
-// happened (one burst of noise is one event).
-func (x *xfer) loss(seq uint32) {
-	s := x.s
-	if !after(seq, x.recover) {
-		return
-	}
-	s.chunk = max(s.chunk/2, s.opt.MinChunk)
-	x.recover = s.c.LastSeq()
 }
 
 // covered reports whether rs holds all of r.

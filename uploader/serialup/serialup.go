@@ -125,8 +125,8 @@ func (t *Transport) Send(ctx context.Context, it uploader.Item) (uploader.Result
 		t.Close() // reopen next time: a cut link, a receiver restarted
 		return uploader.Result{}, err
 	}
-	if t.snd.Resent > 0 {
-		t.logf("%s: %d data frames resent, chunk now %d bytes", it.Name, t.snd.Resent, t.snd.Chunks)
+	if t.snd.Resent > 0 || t.snd.Timeouts > 0 {
+		t.logf("%s: %d data frames resent, %d timeouts, chunk now %d bytes", it.Name, t.snd.Resent, t.snd.Timeouts, t.snd.Chunks)
 	}
 	switch st {
 	case serialproto.Stored:
