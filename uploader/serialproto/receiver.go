@@ -54,6 +54,9 @@ type Receiver struct {
 	// Stored counts reports stored by this receiver; Dups the offers of
 	// reports it already had.
 	Stored, Dups int
+	// Again counts data frames that brought nothing new (resent, but
+	// the first had arrived).
+	Again int
 }
 
 type partial struct {
@@ -292,6 +295,9 @@ func (r *Receiver) handle(f Frame) error {
 		}
 		if uint64(d.Offset)+uint64(len(d.Bytes)) > uint64(p.offer.Size) || len(d.Bytes) == 0 {
 			return nil
+		}
+		if covered(p.have, Range{d.Offset, d.Offset + uint32(len(d.Bytes))}) {
+			r.Again++
 		}
 		before := p.held()
 		// Data beyond a gap is kept unless the transfer is too

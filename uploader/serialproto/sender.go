@@ -295,7 +295,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		// flight, the full one for the done (the receiver checks the
 		// sha256 and syncs the report to disk first).
 		mark := time.Now()
-		reoffer := false
+		reoffer, probed := false, false
 		for !reoffer {
 			if err := x.fill(); err != nil {
 				return 0, fmt.Errorf("%w: %v", ErrClosed, err)
@@ -307,7 +307,29 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				// second at least for the hash and the sync.
 				wait = min(max(2*wait, 500*time.Millisecond), s.opt.RTO)
 			}
-			f, err := s.recv(ctx, mark.Add(wait))
+			deadline := mark.Add(wait)
+			// Tail probe: with all data sent, frames lost at the end
+			// have no later frame to reveal them. Half a round trip
+			// after the last ack was due, send the last frame again:
+			// its ack shows what is missing, sooner than a timeout.
+			var probe time.Time
+			if last, ok := x.last(); ok && !probed && x.sack && s.srtt > 0 && x.next >= x.size {
+				if t := last.at.Add(s.srtt + s.srtt/2 + 10*time.Millisecond); t.Before(deadline) {
+					probe = t
+				}
+			}
+			until := deadline
+			if !probe.IsZero() {
+				until = probe
+			}
+			f, err := s.recv(ctx, until)
+			if err == errTimeout && !probe.IsZero() {
+				probed = true
+				if err := x.probe(); err != nil {
+					return 0, fmt.Errorf("%w: %v", ErrClosed, err)
+				}
+				continue
+			}
 			if err == errTimeout {
 				timeouts++
 				s.Timeouts++
@@ -336,7 +358,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				return r.Status, nil
 			case TAck:
 				if r.Offset <= x.size && x.ack(r) {
-					timeouts = 0
+					timeouts, probed = 0, false
 					mark = time.Now()
 				}
 			case TNak:
@@ -452,6 +474,37 @@ func (x *xfer) fill() error {
 	return nil
 }
 
+// last is the frame in flight sent last.
+func (x *xfer) last() (seg, bool) {
+	var l seg
+	found := false
+	for _, g := range x.segs {
+		if !g.lost && (!found || after(g.seq, l.seq)) {
+			l, found = g, true
+		}
+	}
+	return l, found
+}
+
+// probe sends the frame in flight sent last again.
+func (x *xfer) probe() error {
+	l, ok := x.last()
+	if !ok {
+		return nil
+	}
+	for i := range x.segs {
+		if g := &x.segs[i]; g.seq == l.seq {
+			seq, err := x.send(g.off, g.n)
+			if err != nil {
+				return err
+			}
+			g.seq, g.at = seq, time.Now()
+			x.s.Resent++
+		}
+	}
+	return nil
+}
+
 func (x *xfer) send(off, n uint32) (uint32, error) {
 	return x.s.c.Send(TData, Data{Xfer: x.offer, Offset: off, Bytes: x.data[off : off+n]}.Encode())
 }
@@ -523,11 +576,19 @@ func (x *xfer) nak(off uint32) {
 	}
 }
 
-// timeout: nothing came for an RTO; every frame in flight is lost. Not
-// counted as noise: a cut cable is not a reason for small frames.
+// timeout: nothing came for an RTO; every frame in flight is lost. One
+// of them counts as noise: frames so long that none gets through must
+// shrink (no ack would ever say so), but a cut cable is no reason for
+// small frames.
 func (x *xfer) timeout() {
+	counted := false
 	for i := range x.segs {
-		x.segs[i].lost = true
+		g := &x.segs[i]
+		if !g.lost && !counted {
+			x.s.outcome(g.n, true)
+			counted = true
+		}
+		g.lost = true
 	}
 }
 
