@@ -222,6 +222,17 @@ func (r *Receiver) flush() error {
 	return r.reply(TAck, p.ack(r.pendingSeq))
 }
 
+// replyTwice sends the answers that end a wait on the uploader's side
+// (the ack of an offer, a done) twice to a selective-ack uploader: on a
+// noisy line one of them is lost often, and each loss costs a timeout.
+// The uploader takes the first and ignores the second.
+func (r *Receiver) replyTwice(t Type, rp Reply) error {
+	if err := r.reply(t, rp); err != nil || !r.sack {
+		return err
+	}
+	return r.reply(t, rp)
+}
+
 func (r *Receiver) reply(t Type, rp Reply) error {
 	_, err := r.c.Send(t, rp.Encode())
 	return err
@@ -286,7 +297,7 @@ func (r *Receiver) handle(f Frame) error {
 		if p.held() == o.Size {
 			return r.complete(p)
 		}
-		return r.reply(TAck, p.ack(f.Seq))
+		return r.replyTwice(TAck, p.ack(f.Seq))
 	case TData:
 		d, err := ParseData(f.Payload)
 		p := r.cur
@@ -350,5 +361,5 @@ func (r *Receiver) complete(p *partial) error {
 		r.Stored++
 	}
 	r.opt.Log("report %v: %v %s", id, status, reason)
-	return r.reply(TDone, Reply{ID: id, Offset: p.offer.Size, Status: status, Reason: reason})
+	return r.replyTwice(TDone, Reply{ID: id, Offset: p.offer.Size, Status: status, Reason: reason})
 }
