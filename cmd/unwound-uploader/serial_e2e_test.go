@@ -405,9 +405,16 @@ func TestSerialLossyRelay(t *testing.T) {
 // TestSerialCutAndResume: the cable is cut (2 s) mid-transfer and restored, then
 // the uploader is killed mid-report and started again: nothing is deleted
 // without an ack, the transfer resumes from the receiver's offset, and
-// every report is stored once.
+// every report is stored once. In both framings.
 func TestSerialCutAndResume(t *testing.T) {
+	for _, framing := range []string{"text", "binary"} {
+		t.Run(framing, func(t *testing.T) { cutAndResume(t, framing) })
+	}
+}
+
+func cutAndResume(t *testing.T, framing string) {
 	r := newRig(t, 3, 4000, faults{bps: 11520, latency: 8 * time.Millisecond})
+	r.framing(t, framing)
 	rx, rxLog := r.receiver(t, "--idle", "120s")
 	start := time.Now()
 
