@@ -49,13 +49,17 @@ func BenchmarkSerialGoodput115200(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				r := newRig(b, 4, 4000, f)
 				r.framing(b, framing)
-				rx, _ := r.receiver(b, "--idle", "120s")
+				rx, rxLog := r.receiver(b, "--idle", "120s")
 				start := time.Now()
-				if out, err := r.uploader(b, "", "--once").CombinedOutput(); err != nil {
+				out, err := r.uploader(b, "", "--once").CombinedOutput()
+				if err != nil {
 					b.Fatalf("%v\n%s", err, out)
 				}
 				elapsed += time.Since(start)
 				rx.Wait()
+				if os.Getenv("UNWOUND_SERIAL_LOG") != "" {
+					b.Logf("uploader:\n%s\nreceiver:\n%s", out, rxLog)
+				}
 				testutil.Received(b, r.out, r.want)
 				bytes += total(r.want)
 			}

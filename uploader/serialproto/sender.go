@@ -206,6 +206,15 @@ func (s *Sender) rto() time.Duration {
 	return min(max(s.srtt+4*s.rttvar, minRTO), s.opt.RTO)
 }
 
+// lineTime is how long n data bytes, framed, take on the line.
+func (s *Sender) lineTime(n int) time.Duration {
+	wire := n + n/8 // frame overhead at small chunks
+	if !s.c.Binary() {
+		wire = wire * 4 / 3
+	}
+	return time.Duration(wire) * time.Second / time.Duration(s.opt.Baud/10)
+}
+
 // sample takes in one measured round trip.
 func (s *Sender) sample(d time.Duration) {
 	if d <= 0 {
@@ -300,7 +309,9 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			if err := x.fill(); err != nil {
 				return 0, fmt.Errorf("%w: %v", ErrClosed, err)
 			}
-			wait := s.rto()
+			// Never less than the line needs for the data in flight:
+			// its acks cannot come sooner.
+			wait := max(s.rto(), 2*s.lineTime(x.inflight()))
 			if x.complete() {
 				// A lost done costs this wait and a second offer
 				// (answered "duplicate"): twice the round trip, half a
@@ -384,20 +395,19 @@ type seg struct {
 
 // xfer is the sender's state of one transfer.
 type xfer struct {
-	s       *Sender
-	data    []byte
-	size    uint32
-	sack    bool    // the receiver keeps data beyond a gap
-	held    []Range // what the receiver said it holds
-	segs    []seg   // sent, not held, in offset order
-	next    uint32  // the first offset never sent in this transfer
-	offer   uint32  // seq of the offer: frames before it are void
-	offerAt time.Time
+	s     *Sender
+	data  []byte
+	size  uint32
+	sack  bool    // the receiver keeps data beyond a gap
+	held  []Range // what the receiver said it holds
+	segs  []seg   // sent, not held, in offset order
+	next  uint32  // the first offset never sent in this transfer
+	offer uint32  // seq of the offer: frames before it are void
 }
 
 // reset starts over after an offer: what is held comes with its ack.
 func (x *xfer) reset(offerSeq uint32) {
-	x.held, x.segs, x.next, x.offer, x.offerAt = nil, nil, 0, offerSeq, time.Now()
+	x.held, x.segs, x.next, x.offer = nil, nil, 0, offerSeq
 }
 
 // restart forgets everything the receiver held (it did too).
@@ -474,6 +484,17 @@ func (x *xfer) fill() error {
 	return nil
 }
 
+// inflight is the data bytes in flight.
+func (x *xfer) inflight() int {
+	n := 0
+	for _, g := range x.segs {
+		if !g.lost {
+			n += int(g.n)
+		}
+	}
+	return n
+}
+
 // last is the frame in flight sent last.
 func (x *xfer) last() (seg, bool) {
 	var l seg
@@ -527,10 +548,8 @@ func (x *xfer) ack(r Reply) bool {
 			add(rg)
 		}
 		// The ack names the frame it answers: a round trip measured
-		// without ambiguity, resent or not.
-		if sk.Echo == x.offer {
-			s.sample(time.Since(x.offerAt))
-		}
+		// without ambiguity, resent or not. (Not an offer's: nothing
+		// waits in the line ahead of it, so it says little about data.)
 		for _, g := range x.segs {
 			if g.seq == sk.Echo && !g.lost {
 				s.sample(time.Since(g.at))
