@@ -198,9 +198,10 @@ func (l *relay) write(from <-chan chunk, to func() *os.File) {
 					n = 64
 				}
 				// A line idle for a while starts afresh; a sleep that
-				// overran by a scheduler tick does not cost line time
-				// (a UART does not pause when the CPU is late).
-				if now := time.Now(); next.Before(now.Add(-10 * time.Millisecond)) {
+				// overran on a loaded machine does not cost line time
+				// (a UART does not pause when the CPU is late; its
+				// FIFO and the tty buffer hand over what came since).
+				if now := time.Now(); next.Before(now.Add(-50 * time.Millisecond)) {
 					next = now
 				}
 				next = next.Add(time.Duration(n) * time.Second / time.Duration(l.f.bps))
