@@ -175,6 +175,9 @@ func TestSelectiveResend(t *testing.T) {
 // TestChunkFollowsLine: on a noisy line the chunk shrinks; on a clean one
 // it grows back to the negotiated size. Both framings.
 func TestChunkFollowsLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 100 KB through a noisy and a clean line")
+	}
 	for _, bin := range []bool{false, true} {
 		var rate atomic.Value
 		rate.Store(2e-3)
