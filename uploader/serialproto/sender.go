@@ -587,10 +587,16 @@ func (x *xfer) nak(off uint32) {
 	if x.sack {
 		return // the acks say what is missing
 	}
+	counted := false
 	for i := range x.segs {
 		if g := &x.segs[i]; g.off >= off && !g.lost {
+			// Only the first was lost to noise; the receiver dropped
+			// the rest for coming after it.
+			if !counted {
+				x.s.outcome(g.n, true)
+				counted = true
+			}
 			g.lost = true
-			x.s.outcome(g.n, true)
 		}
 	}
 }
