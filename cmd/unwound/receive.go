@@ -78,8 +78,8 @@ func receive(args []string) error {
 		conn = serialproto.NewConn(p)
 		rc.Use(conn)
 	}
-	fmt.Fprintf(os.Stderr, "unwound receive: %d reports stored, %d duplicates offered, %d noise lines, %d corrupt frames, %d data frames received twice, %v\n",
-		rc.Stored, rc.Dups, noise, corrupt, rc.Again, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "unwound receive: %d reports stored, %d duplicates offered, %d noise lines, %d corrupt frames, %v\n",
+		rc.Stored, rc.Dups, noise, corrupt, time.Since(start).Round(time.Millisecond))
 	switch {
 	case err == nil || errors.Is(err, serialproto.ErrEmpty) || errors.Is(err, context.Canceled):
 		return nil
