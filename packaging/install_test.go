@@ -230,8 +230,8 @@ func checkInitScript(t *testing.T, dest string) {
 		s = strings.Replace(s, "HANDLER=/usr/bin/", "HANDLER="+dest+"/usr/bin/", 1)
 		s = strings.Replace(s, "UPLOADER=/usr/bin/", "UPLOADER="+dest+"/usr/bin/", 1)
 		s = strings.Replace(s, "PROC_SYS=/proc/sys", "PROC_SYS="+fake+"/proc/sys", 1)
-		s = strings.Replace(s, "PIDFILE=/var/run/", "PIDFILE="+fake+"/", 1)
-		s = strings.ReplaceAll(s, "/etc/default/unwound", fake+"/default")
+		s = strings.Replace(s, `PIDFILE="/var/run/`, `PIDFILE="`+fake+"/", 1)
+		s = strings.ReplaceAll(s, "/etc/default/$DAEMON", fake+"/default")
 		path := filepath.Join(fake, "unwound")
 		if err := os.WriteFile(path, []byte(s), 0o755); err != nil {
 			t.Fatal(err)
@@ -254,7 +254,7 @@ func checkInitScript(t *testing.T, dest string) {
 				t.Errorf("%s: init script wrote %q (%v), want %q", file, b, err, want)
 			}
 		}
-		pidfile := filepath.Join(fake, "unwound-uploader.pid")
+		pidfile := filepath.Join(fake, "unwound.pid")
 		if _, err := os.Stat(filepath.Join(dest, "usr/bin/unwound-uploader")); err == nil {
 			// start-stop-daemon -b returns before its child has exec'd the
 			// uploader; -K matches on /proc/PID/exe, so wait for the exec.

@@ -84,7 +84,7 @@ func TestBuildrootCheckPackageRules(t *testing.T) {
 			t.Errorf("unwound.mk:%d: tab-indented line outside a define or continuation", i+1)
 		}
 	}
-	for _, need := range []string{"UNWOUND_VERSION", "UNWOUND_SITE", "UNWOUND_SOURCE", "UNWOUND_LICENSE", "UNWOUND_LICENSE_FILES"} {
+	for _, need := range []string{"UNWOUND_VERSION", "UNWOUND_SITE", "UNWOUND_LICENSE", "UNWOUND_LICENSE_FILES"} {
 		if !regexp.MustCompile(`(?m)^` + need + ` = `).MatchString(mk) {
 			t.Errorf("unwound.mk: no '%s = ' (check-package wants ' = ' around the sign)", need)
 		}
