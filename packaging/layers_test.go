@@ -239,7 +239,7 @@ func TestYoctoLayer(t *testing.T) {
 	layer := bbVars(t, readRepo(t, "recipes/conf/layer.conf"))
 	want := map[string]string{
 		"BBFILE_PATTERN_unwound":     "^${LAYERDIR}/",
-		"LAYERSERIES_COMPAT_unwound": "scarthgap styhead walnascar whinlatter wrynose",
+		"LAYERSERIES_COMPAT_unwound": "scarthgap",
 		"LAYERDEPENDS_unwound":       "core",
 	}
 	for k, v := range want {
