@@ -6,7 +6,6 @@
 
 UNWOUND_VERSION = 0.1
 UNWOUND_SITE = https://github.com/unwound-dev/unwound/releases/download/v$(UNWOUND_VERSION)
-UNWOUND_SOURCE = unwound-$(UNWOUND_VERSION).tar.gz
 UNWOUND_LICENSE = Apache-2.0, BSD-3-Clause, MIT
 UNWOUND_LICENSE_FILES = \
 	LICENSE \
