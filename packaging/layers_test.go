@@ -236,7 +236,7 @@ func defaultQueueDir(t *testing.T) string {
 
 func TestYoctoLayer(t *testing.T) {
 	root := repoRoot(t)
-	layer := bbVars(t, readRepo(t, "meta-unwound/conf/layer.conf"))
+	layer := bbVars(t, readRepo(t, "recipes/conf/layer.conf"))
 	want := map[string]string{
 		"BBFILE_PATTERN_unwound":     "^${LAYERDIR}/",
 		"LAYERSERIES_COMPAT_unwound": "scarthgap",
@@ -259,13 +259,13 @@ func TestYoctoLayer(t *testing.T) {
 	// Every recipe is found by BBFILES, and BBFILES finds some.
 	matched := map[string]bool{}
 	for _, g := range strings.Fields(layer["BBFILES"]) {
-		files, _ := filepath.Glob(strings.ReplaceAll(g, "${LAYERDIR}", filepath.Join(root, "meta-unwound")))
+		files, _ := filepath.Glob(strings.ReplaceAll(g, "${LAYERDIR}", filepath.Join(root, "recipes")))
 		for _, f := range files {
 			matched[f] = true
 		}
 	}
-	recipes, _ := filepath.Glob(filepath.Join(root, "meta-unwound/recipes-*/*/*.bb"))
-	all, _ := filepath.Glob(filepath.Join(root, "meta-unwound/*/*/*.bb"))
+	recipes, _ := filepath.Glob(filepath.Join(root, "recipes/recipes-*/*/*.bb"))
+	all, _ := filepath.Glob(filepath.Join(root, "recipes/*/*/*.bb"))
 	if len(recipes) == 0 || len(all) != len(recipes) {
 		t.Errorf("recipes outside recipes-*/: %v", all)
 	}
@@ -275,24 +275,24 @@ func TestYoctoLayer(t *testing.T) {
 		}
 	}
 
-	readme := readRepo(t, "meta-unwound/README.md")
+	readme := readRepo(t, "recipes/README.md")
 	for _, s := range []string{"Maintainer:", "patches", "IMAGE_INSTALL", "-funwind-tables", "-fasynchronous-unwind-tables", "UNWOUND_QUEUE_DIR"} {
 		if !strings.Contains(readme, s) {
-			t.Errorf("meta-unwound/README.md does not mention %q", s)
+			t.Errorf("recipes/README.md does not mention %q", s)
 		}
 	}
 	if !regexp.MustCompile(`Maintainer:.*<[^@\s]+@[^>\s]+>`).MatchString(readme) {
-		t.Error("meta-unwound/README.md: no maintainer email")
+		t.Error("recipes/README.md: no maintainer email")
 	}
 
-	if pg := bbVars(t, readRepo(t, "meta-unwound/recipes-core/packagegroups/packagegroup-unwound.bb")); pg["RDEPENDS:${PN}"] != "unwound" {
+	if pg := bbVars(t, readRepo(t, "recipes/recipes-core/packagegroups/packagegroup-unwound.bb")); pg["RDEPENDS:${PN}"] != "unwound" {
 		t.Errorf("packagegroup RDEPENDS = %q", pg["RDEPENDS:${PN}"])
 	}
 }
 
 func yoctoRecipe(t *testing.T) (path, pv, text string) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "meta-unwound/recipes-support/unwound/unwound_*.bb"))
+	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "recipes/recipes-support/unwound/unwound_*.bb"))
 	if len(files) != 1 {
 		t.Fatalf("want one unwound_<version>.bb, have %v", files)
 	}

@@ -177,7 +177,7 @@ func TestBuildrootDefconfigs(t *testing.T) {
 // TestYoctoStyle: the OE style guide's variable order, spaces not tabs,
 // a well-formed SRC_URI checksum, and yocto-check-layer's README rules.
 func TestYoctoStyle(t *testing.T) {
-	for _, f := range filesUnder(t, "meta-unwound") {
+	for _, f := range filesUnder(t, "recipes") {
 		if strings.HasSuffix(f, ".md") {
 			continue
 		}
@@ -219,10 +219,10 @@ func TestYoctoStyle(t *testing.T) {
 			t.Errorf("%s: %q: network outside do_fetch", rel, bad)
 		}
 	}
-	readme := readRepo(t, "meta-unwound/README.md")
+	readme := readRepo(t, "recipes/README.md")
 	for _, s := range []string{"bitbake-layers add-layer", "IMAGE_INSTALL", "three steps", "Maintainer:", "patches"} {
 		if !strings.Contains(readme, s) {
-			t.Errorf("meta-unwound/README.md lacks %q", s)
+			t.Errorf("recipes/README.md lacks %q", s)
 		}
 	}
 	if !strings.Contains(readRepo(t, "buildroot/README.md"), "three steps") {
@@ -241,7 +241,7 @@ func TestVersionsAgree(t *testing.T) {
 	if !strings.Contains(readRepo(t, brPkg+"unwound.hash"), "VERSION="+pv) {
 		t.Errorf("unwound.hash does not say which version's tarball it will pin (VERSION=%s)", pv)
 	}
-	if !strings.Contains(readRepo(t, "meta-unwound/README.md"), "unwound_"+pv+".bbappend") {
-		t.Errorf("meta-unwound/README.md names another version than %s", pv)
+	if !strings.Contains(readRepo(t, "recipes/README.md"), "unwound_"+pv+".bbappend") {
+		t.Errorf("recipes/README.md names another version than %s", pv)
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // layerDir is the Yocto layer in the repository.
-const layerDir = "meta-unwound"
+const layerDir = "recipes"
 
 // bitbake refuses to run as root: it runs as this unprivileged uid/gid
 // (nobody), in a temporary directory it owns, removed when the test ends.
@@ -22,7 +22,7 @@ const bbUID = "65534"
 
 // bbBuild is a fresh poky build directory with the layer added.
 type bbBuild struct {
-	work  string // owned by bbUID: poky/, meta-unwound/, build/, locale/
+	work  string // owned by bbUID: poky/, recipes/, build/, locale/
 	layer string
 	n     int
 }
@@ -42,7 +42,7 @@ func newYoctoBuild(t *testing.T, poky string) *bbBuild {
 		t.Logf("cp -al: %v %s; copying", err, out)
 		copyTree(t, poky, filepath.Join(work, "poky"))
 	}
-	b := &bbBuild{work: work, layer: filepath.Join(work, "meta-unwound")}
+	b := &bbBuild{work: work, layer: filepath.Join(work, layerDir)}
 	copyTree(t, filepath.Join(repoRoot(t), layerDir), b.layer)
 	mkdir(t, filepath.Join(work, "locale"))
 	if out, err := exec.Command("localedef", "-i", "en_US", "-f", "UTF-8", filepath.Join(work, "locale", "en_US.UTF-8")).CombinedOutput(); err != nil {
