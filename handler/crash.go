@@ -217,8 +217,8 @@ func (c *crash) report() *report.Report {
 			Start: report.Hex(m.Start), End: report.Hex(m.End),
 			RuntimeOffset: report.Hex(m.RuntimeOffset), CompiledOffset: report.Hex(m.CompiledOffset),
 		}
-		if m.Err != nil {
-			rm.Error = m.Err.Error()
+		if err := m.Error(); err != nil {
+			rm.Error = err.Error()
 		}
 		r.Modules = append(r.Modules, rm)
 	}

@@ -127,7 +127,7 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 	a := u.p.Arch
 	pc := lookupPC(cur) - m.Bias()
 	var lastErr error = errNoCFI
-	for _, t := range []*cfi.Table{m.File.DebugFrame, m.File.EHFrame} {
+	for _, t := range m.File.CFITables(pc) {
 		if t == nil {
 			continue
 		}
