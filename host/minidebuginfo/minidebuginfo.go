@@ -165,12 +165,24 @@ func Make(o Options) (Stats, error) {
 	return st, nil
 }
 
-// replace writes src to dst atomically, with the mode of the file it was
-// made from.
+// replace writes src to dst: in place when dst is the file it was made
+// from (its inode, hard links and owner stay: a build system's package
+// tree links files), else atomically, with that file's mode.
 func replace(src, dst, modeFrom string) error {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
+	}
+	if dst == modeFrom {
+		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
 	}
 	mode := os.FileMode(0o755)
 	if fi, err := os.Stat(modeFrom); err == nil {
