@@ -193,12 +193,8 @@ func TestMiniDebugInfoMatchesGDB(t *testing.T) {
 						t.Errorf("%s: %d wrong frames from %s", kind, m.wrong[meth], meth)
 					}
 				}
-				// Issue 17 wants 97% with Yocto's; what is missing are
-				// frames the prologue analyzer cannot undo yet (alloca:
-				// a frame whose size is not in its prologue), the unwind
-				// work of issue 16. Until then this holds the floor.
-				if kind == "yocto" && share < 90 {
-					t.Errorf("yocto: %.1f%% of gdb's frames, want at least 90%% (97%% is the goal)", share)
+				if kind == "yocto" && share < 97 {
+					t.Errorf("yocto: %.1f%% of gdb's frames, want at least 97%%", share)
 				}
 			}
 		})
