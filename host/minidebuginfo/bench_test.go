@@ -1,4 +1,4 @@
-package minidebuginfo
+package minidebuginfo_test
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/host/minidebuginfo"
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
 
@@ -20,7 +21,7 @@ func BenchmarkHandlerMiniDebugInfo(b *testing.B) {
 	fx := fixture.Binary{Arch: "arm", Variant: "O2-static-notables", Prog: "crashxx", Dir: fixture.Build(b, "arm")}
 	ours := filepath.Join(b.TempDir(), "crashxx")
 	b.Setenv("OBJCOPY", "arm-linux-gnueabihf-objcopy")
-	if _, err := Make(Options{Unstripped: fx.Unstripped(), Stripped: fx.Stripped(), Out: ours}); err != nil {
+	if _, err := minidebuginfo.Make(minidebuginfo.Options{Unstripped: fx.Unstripped(), Stripped: fx.Stripped(), Out: ours}); err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct{ name, path string }{{"plain", fx.Stripped()}, {"ours", ours}} {
