@@ -48,9 +48,9 @@ for p in busybox lz4 sqlite3; do
 		(cd "$work/src" && aptget source "$p" >&2)
 	fi
 done
-bbsrc=$(ls -d "$work/src"/busybox-*/ | head -1)
-lz4src=$(ls -d "$work/src"/lz4-*/ | head -1)
-sqsrc=$(ls -d "$work/src"/sqlite3-*/ | head -1)
+for d in "$work/src"/busybox-*/; do bbsrc=$d; done
+for d in "$work/src"/lz4-*/; do lz4src=$d; done
+for d in "$work/src"/sqlite3-*/; do sqsrc=$d; done
 
 # SQLite's amalgamation is made once, on the host.
 if [ ! -s "$work/sqlite/sqlite3.c" ]; then

@@ -1,3 +1,4 @@
+#!/bin/sh
 # Strips each file named as Buildroot strips it and adds MiniDebugInfo
 # (.gnu_debugdata) from the debug information it had: run by the unwound
 # package's target-finalize hook (BR2_PACKAGE_UNWOUND_MINIDEBUGINFO), with
@@ -12,7 +13,9 @@ set -u
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 for f in "$@"; do
-	[ -f "$f" ] && [ ! -L "$f" ] || continue
+	if [ ! -f "$f" ] || [ -L "$f" ]; then
+		continue
+	fi
 	magic=$(head -c 4 "$f" | od -An -c | tr -d ' ')
 	[ "$magic" = '177ELF' ] || continue
 	if ! "$OBJCOPY" --only-keep-debug "$f" "$tmp/debug" 2>/dev/null; then
