@@ -2,14 +2,16 @@ package module
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/crc64"
 	"io"
 	"time"
 
-	"github.com/ulikunitz/xz"
+	"github.com/ulikunitz/xz/lzma"
 
 	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/unwind/cfi"
@@ -27,12 +29,13 @@ import (
 //   - the compressed section by MaxMiniDebugInfo;
 //   - the decompressed ELF by MaxMiniDebugInfo, taken from the stream's
 //     index before anything is allocated, and checked while decoding;
-//   - the LZMA2 dictionary: the decoder allocates the dictionary size a
-//     block header declares (xz's default preset says 8 MiB, -9 64 MiB,
-//     a hostile header up to 4 GiB), but a dictionary larger than the
-//     block's output is never used, so each block header is rewritten to
-//     the smallest dictionary that holds the output (at most the
-//     decompressed cap) before the decoder sees it;
+//   - the LZMA2 dictionary: the decoder allocates the dictionary it is
+//     given, and block headers declare far more than a MiniDebugInfo
+//     holds (xz's presets; a hostile header up to the format's maximum;
+//     docs/minidebuginfo.md). A dictionary larger than the block's output
+//     is never used, so the decoder gets the smallest that holds it (at
+//     most the decompressed cap). The xz container is read here and only
+//     LZMA2 data goes to the decoder (github.com/ulikunitz/xz/lzma);
 //   - time: decoding stops when the module I/O deadline passes (the
 //     freeze budget and the handler deadline, root.go).
 //
@@ -149,8 +152,10 @@ const (
 var errXZ = errors.New("not a well-formed xz stream")
 
 // decompressXZ decodes a single xz stream of at most max decompressed
-// bytes. The size comes from the stream's index and is checked before any
-// allocation; block headers get a dictionary no larger than their output.
+// bytes. The container (stream header and footer, index, block headers,
+// checks) is read here; only the LZMA2 data goes to the decoder, with a
+// dictionary no larger than its block's output. The sizes come from the
+// index, checked before any allocation.
 func decompressXZ(z []byte, max uint64) ([]byte, error) {
 	blocks, total, err := xzIndex(z)
 	if err != nil {
@@ -159,34 +164,76 @@ func decompressXZ(z []byte, max uint64) ([]byte, error) {
 	if total > max {
 		return nil, fmt.Errorf("xz: %d bytes decompressed, more than the %d allowed", total, max)
 	}
-	z = append([]byte(nil), z...) // the headers are rewritten
-	for _, b := range blocks {
-		if err := capDictionary(z[b.off:b.end], b.size); err != nil {
-			return nil, err
-		}
-	}
-	zr, err := xz.ReaderConfig{DictCap: 4096, SingleStream: true}.NewReader(&deadlineReader{r: bytes.NewReader(z)})
-	if err != nil {
-		return nil, fmt.Errorf("xz: %w", err)
+	checkType := z[7] & 0x0f
+	checkLen, ok := xzCheckLen[checkType]
+	if !ok {
+		return nil, fmt.Errorf("xz: check type %d not supported", checkType)
 	}
 	out := make([]byte, total)
-	if _, err := io.ReadFull(zr, out); err != nil {
-		return nil, fmt.Errorf("xz: %w", err)
-	}
-	// The stream must end here: its index, checks and footer are verified
-	// only by reading on.
-	var one [1]byte
-	if n, err := zr.Read(one[:]); n != 0 || err != io.EOF {
-		if err == nil || err == io.EOF {
-			err = errors.New("more data than the index says")
+	pos := uint64(0)
+	for i, b := range blocks {
+		hlen, dict, err := xzBlockHeader(z[b.off:b.end], b.size)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("xz: %w", err)
+		data := b.off + uint64(hlen)
+		if b.unpadded < uint64(hlen)+checkLen || data > b.end {
+			return nil, fmt.Errorf("xz: %w (block %d sizes)", errXZ, i)
+		}
+		dataEnd := b.off + b.unpadded - checkLen
+		r, err := lzma.Reader2Config{DictCap: dict}.NewReader2(&deadlineReader{r: bytes.NewReader(z[data:dataEnd])})
+		if err != nil {
+			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+		}
+		dst := out[pos : pos+b.size]
+		if _, err := io.ReadFull(r, dst); err != nil {
+			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+		}
+		// The block must end here: LZMA2's end marker, no more output.
+		var one [1]byte
+		if n, err := r.Read(one[:]); n != 0 || err != io.EOF {
+			if err == nil || err == io.EOF {
+				err = errors.New("more data than the index says")
+			}
+			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+		}
+		// Block padding (to four bytes), then the check.
+		if err := xzCheck(checkType, dst, z[b.end-checkLen:b.end]); err != nil {
+			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+		}
+		pos += b.size
 	}
 	return out, nil
 }
 
+// xzCheckLen is the size of each supported check type (xz format §2.1.1.2).
+var xzCheckLen = map[byte]uint64{0: 0, 1: 4, 4: 8, 10: 32}
+
+var crc64Table = crc64.MakeTable(crc64.ECMA)
+
+// xzCheck verifies a block's check field against its output.
+func xzCheck(typ byte, data, want []byte) error {
+	var got []byte
+	switch typ {
+	case 0:
+		return nil
+	case 1:
+		got = binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(data))
+	case 4:
+		got = binary.LittleEndian.AppendUint64(nil, crc64.Checksum(data, crc64Table))
+	case 10:
+		sum := sha256.Sum256(data)
+		got = sum[:]
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("%w (check of the block's data)", errXZ)
+	}
+	return nil
+}
+
 type xzBlock struct {
-	off, end uint64 // the block's bytes in the stream
+	off, end uint64 // the block's bytes in the stream, padding included
+	unpadded uint64 // header, data and check, from the index
 	size     uint64 // its uncompressed size, from the index
 }
 
@@ -196,6 +243,9 @@ func xzIndex(z []byte) ([]xzBlock, uint64, error) {
 	n := uint64(len(z))
 	if n < xzHeaderLen+xzFooterLen || !bytes.Equal(z[:6], []byte{0xfd, '7', 'z', 'X', 'Z', 0}) || !bytes.Equal(z[n-2:], []byte("YZ")) {
 		return nil, 0, fmt.Errorf("xz: %w (magic)", errXZ)
+	}
+	if crc32.ChecksumIEEE(z[6:8]) != binary.LittleEndian.Uint32(z[8:]) || z[6] != 0 {
+		return nil, 0, fmt.Errorf("xz: %w (stream header)", errXZ)
 	}
 	foot := z[n-xzFooterLen:]
 	if crc32.ChecksumIEEE(foot[4:10]) != binary.LittleEndian.Uint32(foot) {
@@ -239,7 +289,7 @@ func xzIndex(z []byte) ([]xzBlock, uint64, error) {
 		if size > MaxMiniDebugInfo || total+size < total {
 			return nil, 0, fmt.Errorf("xz: block %d: %d bytes decompressed, too many", i, size)
 		}
-		blocks = append(blocks, xzBlock{off, off + padded, size})
+		blocks = append(blocks, xzBlock{off, off + padded, unpadded, size})
 		total += size
 		off += padded
 	}
@@ -264,64 +314,62 @@ func xzVarint(b []byte) (uint64, []byte, bool) {
 	return 0, nil, false
 }
 
-// capDictionary rewrites the LZMA2 dictionary size in a block header (xz
-// format §3.1, LZMA2 filter properties §5.3.1) to the smallest one that
-// holds size bytes, when the header declares more, and fixes the header's
-// CRC32. LZMA2 never refers back further than the output so far, so the
-// stream decodes the same.
-func capDictionary(blk []byte, size uint64) error {
+// xzBlockHeader reads a block header (xz format §3.1, LZMA2 filter
+// properties §5.3.1) and returns its length and the dictionary to decode
+// with: the one it declares, or the smallest that holds the block's size
+// bytes when that is less. LZMA2 never refers back further than the output
+// so far, so a larger dictionary is never used; the decoder allocates
+// whatever it is given.
+func xzBlockHeader(blk []byte, size uint64) (int, int, error) {
 	if len(blk) == 0 || blk[0] == 0 {
-		return fmt.Errorf("xz: %w (block header)", errXZ)
+		return 0, 0, fmt.Errorf("xz: %w (block header)", errXZ)
 	}
 	hlen := (int(blk[0]) + 1) * 4
 	if hlen > len(blk) {
-		return fmt.Errorf("xz: %w (block header size)", errXZ)
+		return 0, 0, fmt.Errorf("xz: %w (block header size)", errXZ)
 	}
 	h := blk[:hlen]
 	if crc32.ChecksumIEEE(h[:hlen-4]) != binary.LittleEndian.Uint32(h[hlen-4:]) {
-		return fmt.Errorf("xz: %w (block header CRC32)", errXZ)
+		return 0, 0, fmt.Errorf("xz: %w (block header CRC32)", errXZ)
 	}
 	flags := h[1]
 	if flags&0x3c != 0 {
-		return fmt.Errorf("xz: %w (reserved block flags)", errXZ)
+		return 0, 0, fmt.Errorf("xz: %w (reserved block flags)", errXZ)
+	}
+	if flags&3 != 0 {
+		return 0, 0, errors.New("xz: filters before LZMA2 (BCJ, delta) not supported")
 	}
 	p := h[2 : hlen-4]
 	var ok bool
 	for _, present := range []bool{flags&0x40 != 0, flags&0x80 != 0} {
 		if present {
 			if _, p, ok = xzVarint(p); !ok {
-				return fmt.Errorf("xz: %w (block sizes)", errXZ)
+				return 0, 0, fmt.Errorf("xz: %w (block sizes)", errXZ)
 			}
 		}
 	}
-	nfilters := int(flags&3) + 1
-	for i := 0; i < nfilters; i++ {
-		var id, psize uint64
-		if id, p, ok = xzVarint(p); !ok {
-			return fmt.Errorf("xz: %w (filter flags)", errXZ)
-		}
-		if psize, p, ok = xzVarint(p); !ok || psize > uint64(len(p)) {
-			return fmt.Errorf("xz: %w (filter properties)", errXZ)
-		}
-		if id != lzma2Filter {
-			return fmt.Errorf("xz: filter %#x not supported (only LZMA2)", id)
-		}
-		if i != nfilters-1 || psize != 1 {
-			return fmt.Errorf("xz: %w (LZMA2 filter flags)", errXZ)
-		}
-		if p[0] > 40 {
-			return fmt.Errorf("xz: %w (LZMA2 dictionary size %d)", errXZ, p[0])
-		}
-		if want := dictByte(size); p[0] > want {
-			p[0] = want
-			binary.LittleEndian.PutUint32(h[hlen-4:], crc32.ChecksumIEEE(h[:hlen-4]))
-		}
+	var id, psize uint64
+	if id, p, ok = xzVarint(p); !ok {
+		return 0, 0, fmt.Errorf("xz: %w (filter flags)", errXZ)
 	}
-	return nil
+	if psize, p, ok = xzVarint(p); !ok || psize > uint64(len(p)) {
+		return 0, 0, fmt.Errorf("xz: %w (filter properties)", errXZ)
+	}
+	if id != lzma2Filter {
+		return 0, 0, fmt.Errorf("xz: filter %#x not supported (only LZMA2)", id)
+	}
+	if psize != 1 || p[0] > 40 {
+		return 0, 0, fmt.Errorf("xz: %w (LZMA2 filter properties)", errXZ)
+	}
+	b := min(p[0], dictByte(size))
+	if b > 30 { // past what an int holds on 32-bit boards; size is capped far below
+		return 0, 0, fmt.Errorf("xz: %w (dictionary for %d bytes)", errXZ, size)
+	}
+	return hlen, int(uint64(2|b&1) << (b/2 + 11)), nil
 }
 
 // dictByte is the smallest LZMA2 dictionary-size property whose size,
-// (2 | b&1) << (b/2 + 11), holds n bytes; 4 KiB at least.
+// (2 | b&1) << (b/2 + 11), holds n bytes; the format's smallest at least.
 func dictByte(n uint64) byte {
 	for b := byte(0); b < 40; b++ {
 		if uint64(2|b&1)<<(b/2+11) >= n {
