@@ -21,7 +21,8 @@ import (
 // ours 100% of gdb's crashed-thread frames, Yocto's at least 97%, no wrong
 // frame from tables or symbols). Opt-in, out of make test's time budget:
 // UNWOUND_LAB_MDI=all, or a comma-separated list of architectures, e.g.
-// riscv64, whose cores qemu-user cannot write
+// riscv64, whose cores qemu-user cannot write, or arm-on-aarch64 (a 32-bit
+// ARM userland on the AArch64 kernel)
 // (handler.TestMiniDebugInfoMatchesGDB covers the others on qemu-user
 // cores in make test).
 func TestLabMiniDebugInfo(t *testing.T) {
@@ -42,10 +43,19 @@ func TestLabMiniDebugInfo(t *testing.T) {
 			scenarios = append(scenarios, s)
 		}
 	}
-	for _, arch := range arches {
-		arch := arch
-		t.Run(arch, func(t *testing.T) {
-			l := &Lab{KernelArch: arch, Dir: t.TempDir(), Progress: t.Logf, Cases: Matrix(fixture.MiniDebugInfoVariants(arch), scenarios)}
+	if os.Getenv("UNWOUND_LAB_MDI") == "all" {
+		arches = append(arches, "arm-on-aarch64")
+	}
+	for _, name := range arches {
+		// arm-on-aarch64: a 32-bit ARM userland on the AArch64 kernel.
+		kernelArch, arch, _ := strings.Cut(name, "-on-")
+		if arch == "" {
+			arch = kernelArch
+		} else {
+			kernelArch, arch = arch, kernelArch
+		}
+		t.Run(name, func(t *testing.T) {
+			l := &Lab{KernelArch: kernelArch, Arch: arch, Dir: t.TempDir(), Progress: t.Logf, Cases: Matrix(fixture.MiniDebugInfoVariants(arch), scenarios)}
 			res, err := l.Run(context.Background())
 			if err != nil {
 				t.Fatal(err)

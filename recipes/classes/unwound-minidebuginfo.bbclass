@@ -19,6 +19,10 @@
 UNWOUND_MDI_DEPENDS ?= "unwound-tools-native:do_populate_sysroot xz-native:do_populate_sysroot"
 # Set to "1" in a recipe to leave its files alone.
 UNWOUND_MDI_SKIP ?= "0"
+# Go programs (recipes inheriting go) are left alone unless set to "1":
+# their .debug_frame is large and Go crashes rarely reach core_pattern
+# (the runtime exits on a fault unless GOTRACEBACK=crash).
+UNWOUND_MDI_GO ?= "0"
 
 python () {
     if (bb.data.inherits_class('native', d) or bb.data.inherits_class('nativesdk', d) or
@@ -26,6 +30,8 @@ python () {
             bb.data.inherits_class('cross-canadian', d)):
         return
     if d.getVar('PN').startswith('unwound-tools') or not d.getVar('PACKAGES'):
+        return
+    if bb.data.inherits_class('go', d) and d.getVar('UNWOUND_MDI_GO') != '1':
         return
     d.appendVarFlag('do_package', 'depends', ' ' + d.getVar('UNWOUND_MDI_DEPENDS'))
     d.prependVar('PACKAGESPLITFUNCS', 'unwound_minidebuginfo ')
