@@ -18,6 +18,7 @@ func minidebuginfoCmd(args []string) error {
 	fs.StringVar(&o.Stripped, "stripped", "", "the stripped `file` that ships")
 	fs.StringVar(&o.Out, "o", "", "write the result to `file` (default: the stripped file, in place)")
 	fs.BoolVar(&o.SymbolsOnly, "symbols-only", false, "symbols only, no .debug_frame (Yocto's MiniDebugInfo)")
+	fs.BoolVar(&o.Go, "go", false, "also for Go programs (left alone by default)")
 	fs.StringVar(&o.Objcopy, "objcopy", "", "objcopy `program` (default $OBJCOPY, else objcopy)")
 	fs.StringVar(&o.XZ, "xz", "", "xz `program` (default xz)")
 	verbose := fs.Bool("v", false, "print what was added")

@@ -35,6 +35,11 @@ type Options struct {
 
 	// SymbolsOnly makes Yocto's MiniDebugInfo: no .debug_frame.
 	SymbolsOnly bool
+	// Go also gives Go programs MiniDebugInfo. They are left alone by
+	// default: Go's .debug_frame is large, and a Go program's faults
+	// rarely reach core_pattern (the runtime exits unless
+	// GOTRACEBACK=crash).
+	Go bool
 
 	Objcopy string // default $OBJCOPY, else "objcopy"
 	XZ      string // default "xz"
@@ -75,6 +80,9 @@ func Make(o Options) (Stats, error) {
 	defer full.Close()
 	if full.Type != elf.ET_EXEC && full.Type != elf.ET_DYN {
 		return st, fmt.Errorf("%s is %v: %w", o.Unstripped, full.Type, ErrNotApplicable)
+	}
+	if full.Section(".go.buildinfo") != nil && !o.Go {
+		return st, fmt.Errorf("%s is a Go program: %w", o.Unstripped, ErrNotApplicable)
 	}
 	keep, err := KeepSymbols(full, o.Stripped)
 	if err != nil {

@@ -3,6 +3,7 @@ package minidebuginfo
 import (
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -252,5 +253,21 @@ func TestFilterDebugFrameRenumbersCIEs(t *testing.T) {
 				t.Errorf("Row(%#x): %v", pc, err)
 			}
 		}
+	}
+}
+
+// Go programs are left alone unless asked for.
+func TestMakeLeavesGoAlone(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "goprog")
+	if out, err := exec.Command("go", "build", "-o", full, "../../cmd/unwound-uploader").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	stripped := full + ".stripped"
+	if out, err := exec.Command("strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, full).CombinedOutput(); err != nil {
+		t.Skipf("strip: %v\n%s", err, out)
+	}
+	if _, err := Make(Options{Unstripped: full, Stripped: stripped, Objcopy: "objcopy"}); !errors.Is(err, ErrNotApplicable) {
+		t.Fatalf("Make on a Go program: %v, want ErrNotApplicable", err)
 	}
 }

@@ -67,14 +67,14 @@ def unwound_mdi_pairs(dvar, dv):
             pairs.append((path, debug))
     return sorted(pairs)
 
-def unwound_mdi_run(pairs, tool, objcopy):
+def unwound_mdi_run(pairs, tool, objcopy, extra=[]):
     """Runs the tool on each pair; returns the errors, one line each. A file
     that is not an executable or library, or has nothing to add, is left
     alone by the tool (exit 0)."""
     import subprocess
     errors = []
     for stripped, debug in pairs:
-        cmd = [tool, 'minidebuginfo', '--objcopy', objcopy, '--unstripped', debug, '--stripped', stripped]
+        cmd = [tool, 'minidebuginfo', '--objcopy', objcopy] + extra + ['--unstripped', debug, '--stripped', stripped]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
         if p.returncode != 0:
             errors.append('%s: %s' % (stripped, p.stdout.strip()))
@@ -88,6 +88,7 @@ python unwound_minidebuginfo () {
         return
     dvar = d.getVar('PKGD')
     pairs = unwound_mdi_pairs(dvar, oe.package.package_debug_vars(d))
-    for e in unwound_mdi_run(pairs, 'unwound', d.getVar('OBJCOPY')):
+    extra = ['--go'] if d.getVar('UNWOUND_MDI_GO') == '1' else []
+    for e in unwound_mdi_run(pairs, 'unwound', d.getVar('OBJCOPY'), extra):
         bb.warn('unwound-minidebuginfo: %s' % e)
 }
