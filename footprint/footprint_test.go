@@ -21,7 +21,9 @@ const (
 	// handling) and the supervising parent, then 2,490,520 B with our own
 	// zstd encoder (report/zstdenc: klauspost/compress linked every level)
 	// and without debug/elf, os/exec and flag (TestHandlerLinksNoHeavyStd).
-	handlerBudget  = 2_500_000
+	// Issue 17 raises it to 2.65 MB for MiniDebugInfo's xz decoder
+	// (github.com/ulikunitz/xz; sizes in docs/minidebuginfo.md).
+	handlerBudget  = 2_650_000
 	uploaderBudget = 6_000_000
 	serialBudget   = 3_000_000 // -tags unwound_nohttp
 )

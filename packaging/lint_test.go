@@ -77,7 +77,7 @@ func TestBuildrootCheckPackageRules(t *testing.T) {
 			}
 			continue
 		}
-		if m := regexp.MustCompile(`^([A-Za-z0-9_]+)\s*(\+=|\?=|:=|=)`).FindStringSubmatch(l); m != nil && !strings.HasPrefix(m[1], "UNWOUND_") {
+		if m := regexp.MustCompile(`^([A-Za-z0-9_]+)\s*(\+=|\?=|:=|=)`).FindStringSubmatch(l); m != nil && !strings.HasPrefix(strings.TrimPrefix(m[1], "HOST_"), "UNWOUND_") {
 			t.Errorf("unwound.mk:%d: %s is not an UNWOUND_ variable", i+1, m[1])
 		}
 		if strings.HasPrefix(l, "\t") && !strings.HasSuffix(strings.TrimSpace(l), "\\") && i > 0 && !strings.HasSuffix(strings.Split(mk, "\n")[i-1], "\\") {
