@@ -102,23 +102,64 @@ func Find(mods []*Module, pc uint64) int {
 	return -1
 }
 
-// placeFile fixes the module's offsets from the file's executable segment:
-// the mapping holding that segment's file offset gives the runtime offset.
+// placeFile fixes the module's offsets from the file's executable segment.
+//
+// A mapping maps file offset mp.Offset at mp.Start, so the mapping that
+// holds segment x gives the load bias mp.Start + (x.Off − mp.Offset) −
+// x.Vaddr. Several mappings may hold x's file offset: lld (by default) and
+// mold pack segments so that one file page is mapped twice, as the tail of
+// the r-- segment and the head of the r-x one, at different addresses.
+// Each candidate is therefore checked against the whole file: under its
+// bias, how many PT_LOAD segments sit at an address whose mapping maps
+// their file offset there. The best fit wins; executable permissions (from
+// /proc/<pid>/maps; NT_FILE has none) break ties.
 func (m *Module) placeFile(f *File) error {
 	x, ok := f.execSegment()
 	if !ok {
 		return fmt.Errorf("no executable PT_LOAD")
 	}
 	m.CompiledOffset = x.Vaddr - x.Off
-	for _, mp := range m.Maps {
-		if x.Off >= mp.Offset && x.Off < mp.Offset+(mp.End-mp.Start) {
-			m.RuntimeOffset = mp.Start - mp.Offset
-			return nil
+	best, bestScore := -1, 0
+	for i, mp := range m.Maps {
+		if x.Off < mp.Offset || x.Off-mp.Offset >= mp.End-mp.Start {
+			continue
 		}
+		bias := mp.Start + (x.Off - mp.Offset) - x.Vaddr
+		score := 2 * m.fits(f, bias)
+		if strings.Contains(mp.Perms, "x") {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	if best >= 0 {
+		mp := m.Maps[best]
+		m.RuntimeOffset = mp.Start - mp.Offset
+		return nil
 	}
 	// NT_FILE may omit the mapping (a partial dump); fall back to the
 	// first mapping, right for every file whose segments keep
 	// p_vaddr − p_offset constant (GNU ld's default).
 	m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
 	return nil
+}
+
+// fits counts the file's PT_LOAD segments whose first byte, under the load
+// bias, lies in a mapping that maps the segment's file offset there.
+func (m *Module) fits(f *File, bias uint64) int {
+	n := 0
+	for _, s := range f.loads {
+		if s.Filesz == 0 {
+			continue
+		}
+		addr := s.Vaddr + bias
+		for _, mp := range m.Maps {
+			if addr >= mp.Start && addr < mp.End && mp.Offset+(addr-mp.Start) == s.Off {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
