@@ -6,7 +6,7 @@ pkgs="gcc g++ make git zstd gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
 gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf gcc-riscv64-linux-gnu g++-riscv64-linux-gnu
 binutils-multiarch gdb-multiarch qemu-user qemu-system-arm qemu-system-misc qemu-system-x86
 qemu-system-data socat linux-source-6.1 bc bison flex libelf-dev libssl-dev cpio xz-utils
-e2fsprogs dosfstools device-tree-compiler"
+e2fsprogs dosfstools device-tree-compiler clang lld mold musl-tools"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

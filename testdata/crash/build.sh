@@ -59,7 +59,7 @@ matrix() {
 	riscv64) triple=riscv64-linux-gnu ;;
 	esac
 	for v in ${VARIANTS:-}; do
-		# shellcheck disable=SC2086
+		# shellcheck disable=SC2046
 		set -- $(echo "$v" | tr - ' ')
 		if [ $# -lt 4 ]; then
 			echo "build.sh: bad variant $v" >&2
