@@ -55,14 +55,14 @@ func TestMatrixFigures(t *testing.T) {
 						for _, c := range fig.Cases[before:] {
 							t.Logf("wrong frame: %s", c)
 						}
-						known, isKnown := knownWrong[arch+"/"+variant+"/"+sc]
+						known, isKnown := fixture.KnownWrong[arch+"/"+variant+"/"+sc]
 						switch {
 						case trusted > 0 && isKnown:
 							t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
 						case trusted > 0:
 							t.Errorf("%d wrong frames at high or medium trust", trusted)
 						case isKnown:
-							t.Errorf("no wrong frame any more: remove this crash from knownWrong")
+							t.Errorf("no wrong frame any more: remove this crash from fixture.KnownWrong")
 						}
 					})
 				}
@@ -75,21 +75,6 @@ func TestMatrixFigures(t *testing.T) {
 	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
 		os.WriteFile(p, []byte(b.String()), 0o644)
 	}
-}
-
-// knownWrong are the crashes where the unwinder of this branch gives a
-// wrong frame at high or medium trust: bugs of the unwinder found by the
-// matrix, left to the unwinder's work on issue 16 (trust levels, call-site
-// validation). The test fails once one is fixed, so the entry goes.
-var knownWrong = map[string]string{
-	// musl's abort has no CFI: frames 2-3 come by frame pointer, which
-	// leaves x30 as it was in frame 0; ab2 ends in a call to noreturn
-	// abort, so its CFI keeps the return address in x30, and the CFI step
-	// believes the stale x30.
-	"aarch64/gcc-bfd-default-static-musl/abort": "CFI step reads a register an fp step left stale",
-	// After the signal frame (PC in musl's __restore_sigs, no CFI), x29
-	// still points at raiser2's record: the fp step skips raise.
-	"aarch64/gcc-bfd-default-static-musl/sighandler": "fp step skips a frame (x29 not pointing at the current record)",
 }
 
 func matrixScenarios(dir, variant string) []string {
