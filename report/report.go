@@ -181,6 +181,11 @@ func (r *Report) Validate() error {
 			if f.Module < -1 || f.Module >= len(r.Modules) {
 				errs = append(errs, fmt.Errorf("thread %d frame %d: module index %d out of range", i, j, f.Module))
 			}
+			switch f.Trust {
+			case "", "high", "medium", "low":
+			default:
+				errs = append(errs, fmt.Errorf("thread %d frame %d: trust %q", i, j, f.Trust))
+			}
 		}
 		if t.Elided < 0 || t.ElidedAt < 0 || t.ElidedAt > len(t.Frames) {
 			errs = append(errs, fmt.Errorf("thread %d: elided_at %d out of range", i, t.ElidedAt))
