@@ -128,6 +128,7 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 			MaxFrames: c.cfg.Handler.MaxFrames,
 			MaxWalk:   1 << 20, // a whole 8 MiB stack of tiny frames; the deadline bounds it too
 			Deadline:  deadline,
+			NoScan:    !c.cfg.Handler.StackScan,
 		})
 		if r.Stop == unwind.StopDeadline {
 			if final {
