@@ -91,6 +91,7 @@ type Frame struct {
 type Result struct {
 	Frames []Frame
 	Elided int    // frames walked but dropped from the middle
+	Walked int    // frames walked in all
 	Stop   string // why the walk ended
 	Detail string // what the last strategy said
 }
@@ -214,6 +215,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		cur, method, trust = next, m, min(t, trust)
 	}
 	res.Frames = append(res.Frames, tail.items()...)
+	res.Walked = walked
 	return res
 }
 

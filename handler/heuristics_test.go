@@ -1,0 +1,135 @@
+package handler
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/fixture"
+)
+
+// TestHeuristicsAgainstGDB measures the unwinder's heuristics on code
+// without unwind tables: the -notables fixtures (ARM Thumb-2 and A32,
+// RISC-V 64; GCC's default for C there), stripped as Yocto strips them,
+// gdb reading the unstripped programs as the oracle. Per arch it prints
+// the crashed thread's frames equal to gdb's, and the wrong ones (a
+// different PC at the same depth) per method and trust; frames past gdb's
+// last are counted apart, not as wrong. It fails on any wrong frame at
+// high or medium trust. Opt-in (UNWOUND_HEURISTICS=1): it runs every
+// fixture under qemu-user and gdb.
+func TestHeuristicsAgainstGDB(t *testing.T) {
+	if os.Getenv("UNWOUND_HEURISTICS") == "" {
+		t.Skip("set UNWOUND_HEURISTICS=1 to measure the heuristics against gdb")
+	}
+	for _, arch := range []string{"arm", "riscv64"} {
+		arch := arch
+		t.Run(arch, func(t *testing.T) {
+			dir := fixture.Build(t, arch)
+			var variants []string
+			for _, v := range fixture.Variants {
+				variants = append(variants, v+"-notables")
+				if arch == "arm" {
+					variants = append(variants, v+"-marm-notables")
+				}
+			}
+			var all tally
+			for _, variant := range variants {
+				var vt tally
+				for _, sc := range fixture.Scenarios {
+					if sc == "recursion" {
+						continue // gdb-multiarch crashes on the ARM cores; elision is tested elsewhere
+					}
+					b := fixture.Binary{Arch: arch, Variant: variant, Prog: "crash", Dir: dir}
+					core, kernel := fixture.Core(t, b, sc)
+					want := fixture.Oracle(t, b, core)
+					opts := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
+					if !kernel {
+						opts.Exe = b.Stripped()
+					}
+					got, err := Offline(opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ct := got.Crashed()
+					var wt *fixture.Thread
+					for i := range want.Threads {
+						if want.Threads[i].Crashed {
+							wt = &want.Threads[i]
+						}
+					}
+					if ct == nil || wt == nil {
+						t.Errorf("%s/%s: no crashed thread", variant, sc)
+						continue
+					}
+					var g []string
+					for _, f := range wt.Frames {
+						if f.Error == "" {
+							g = append(g, f.PC)
+						}
+					}
+					vt.gdb += len(g)
+					var line []string
+					for i, f := range ct.Frames {
+						key := f.Method + "/" + f.Trust
+						switch {
+						case i >= len(g):
+							vt.beyond++
+							line = append(line, "+"+key)
+						case f.PC.String() == g[i]:
+							vt.equal++
+						default:
+							vt.add(key)
+							line = append(line, fmt.Sprintf("#%d %s!=%s %s", i, f.PC, g[i], key))
+							if f.Trust == "high" || f.Trust == "medium" {
+								t.Errorf("%s/%s: frame %d %s is %s, gdb says %s", variant, sc, i, key, f.PC, g[i])
+							}
+						}
+					}
+					if len(line) > 0 || len(ct.Frames) < len(g) {
+						t.Logf("%s/%s: %d/%d frames, stop %s %s", variant, sc, min(len(ct.Frames), len(g)), len(g), ct.StopReason, strings.Join(line, " "))
+					}
+				}
+				t.Logf("%-22s %s", variant, vt)
+				all.merge(vt)
+			}
+			t.Logf("%-22s %s", "all", all)
+		})
+	}
+}
+
+type tally struct {
+	gdb, equal, beyond int
+	wrong              map[string]int
+}
+
+func (t *tally) add(k string) {
+	if t.wrong == nil {
+		t.wrong = map[string]int{}
+	}
+	t.wrong[k]++
+}
+
+func (t *tally) merge(o tally) {
+	t.gdb += o.gdb
+	t.equal += o.equal
+	t.beyond += o.beyond
+	for k, v := range o.wrong {
+		t.add(k)
+		t.wrong[k] += v - 1
+	}
+}
+
+func (t tally) String() string {
+	var ks []string
+	n := 0
+	for k, v := range t.wrong {
+		ks = append(ks, fmt.Sprintf("%s:%d", k, v))
+		n += v
+	}
+	sort.Strings(ks)
+	return fmt.Sprintf("equal %d/%d (%.1f%%), wrong %d %v, beyond gdb %d", t.equal, t.gdb, 100*float64(t.equal)/float64(max(t.gdb, 1)), n, ks, t.beyond)
+}
