@@ -81,6 +81,7 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 							line = append(line, "+"+key)
 						case f.PC.String() == g[i]:
 							vt.equal++
+							vt.addEqual(key)
 						default:
 							vt.add(key)
 							line = append(line, fmt.Sprintf("#%d %s!=%s %s", i, f.PC, g[i], key))
@@ -90,7 +91,7 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 						}
 					}
 					if len(line) > 0 || len(ct.Frames) < len(g) {
-						t.Logf("%s/%s: %d/%d frames, stop %s %s", variant, sc, min(len(ct.Frames), len(g)), len(g), ct.StopReason, strings.Join(line, " "))
+						t.Logf("%s/%s: %d/%d frames, stop %s (%.300s) %s", variant, sc, min(len(ct.Frames), len(g)), len(g), ct.StopReason, ct.StopDetail, strings.Join(line, " "))
 					}
 				}
 				t.Logf("%-22s %s", variant, vt)
@@ -103,7 +104,14 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 
 type tally struct {
 	gdb, equal, beyond int
-	wrong              map[string]int
+	wrong, right       map[string]int
+}
+
+func (t *tally) addEqual(k string) {
+	if t.right == nil {
+		t.right = map[string]int{}
+	}
+	t.right[k]++
 }
 
 func (t *tally) add(k string) {
@@ -121,6 +129,10 @@ func (t *tally) merge(o tally) {
 		t.add(k)
 		t.wrong[k] += v - 1
 	}
+	for k, v := range o.right {
+		t.addEqual(k)
+		t.right[k] += v - 1
+	}
 }
 
 func (t tally) String() string {
@@ -131,5 +143,10 @@ func (t tally) String() string {
 		n += v
 	}
 	sort.Strings(ks)
-	return fmt.Sprintf("equal %d/%d (%.1f%%), wrong %d %v, beyond gdb %d", t.equal, t.gdb, 100*float64(t.equal)/float64(max(t.gdb, 1)), n, ks, t.beyond)
+	var rs []string
+	for k, v := range t.right {
+		rs = append(rs, fmt.Sprintf("%s:%d", k, v))
+	}
+	sort.Strings(rs)
+	return fmt.Sprintf("equal %d/%d (%.1f%%) %v, wrong %d %v, beyond gdb %d", t.equal, t.gdb, 100*float64(t.equal)/float64(max(t.gdb, 1)), rs, n, ks, t.beyond)
 }

@@ -105,8 +105,9 @@ const (
 // scan walks up the stack from SP and takes the first word that passes
 // call-site validation as the return address. It knows nothing of the
 // frame's layout: the caller's registers are unknown but for SP, just
-// above the slot.
-func (u *unwinder) scan(cur state) (state, error) {
+// above the slot. With confirmedOnly, only a word the callee's prologue
+// confirms is taken.
+func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 	a := u.p.Arch
 	sp, ok := cur.rs.Get(a.SP)
 	if !ok {
@@ -145,6 +146,10 @@ func (u *unwinder) scan(cur state) (state, error) {
 			}
 			if ok {
 				return next, nil
+			}
+			if confirmedOnly {
+				rejected++
+				continue
 			}
 			next = state{}
 			next.pc = w

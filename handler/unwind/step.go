@@ -54,14 +54,18 @@ func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 		if errors.As(err, &se) {
 			return state{}, s, err
 		}
-		why = append(why, s.name()+": "+err.Error())
+		msg := err.Error()
+		if !strings.HasPrefix(msg, s.name()+": ") {
+			msg = s.name() + ": " + msg
+		}
+		why = append(why, msg)
 	}
 	reason := StopNoUnwindInfo
 	where := "the pc is in no module"
 	switch {
 	case mi < 0:
 		reason = StopOutside
-	case f.outermost:
+	case f.outermost || f.cantUnwind:
 		reason = StopEndOfStack
 		where = m.Path
 	default:

@@ -31,9 +31,13 @@ type frame struct {
 	first bool           // the innermost frame, from the thread's registers
 	mi    int            // module index, -1 outside every module
 	m     *module.Module // nil outside every module
-	// outermost: the unwind tables mark this function as having no caller
-	// (EHABI CANTUNWIND on _start). Heuristics do not look past it.
+	// outermost: the PC is in _start, whose EHABI entry says it has no
+	// caller. Heuristics do not look past it.
 	outermost bool
+	// cantUnwind: an EHABI entry in a module built with tables says the
+	// function has no caller; only a scan confirmed by the prologue may
+	// look past it.
+	cantUnwind bool
 	why       string
 }
 
@@ -108,9 +112,15 @@ func (ehabiStrategy) step(u *unwinder, f *frame) (state, error) {
 		// gdb ends here too: _start, clone and thread starts are
 		// CANTUNWIND and save no return address. But linkers cover code
 		// built without tables with such entries too: there the entry
-		// says nothing, unless it is the ELF entry point's (_start).
-		if !f.m.File.EHABI.MostlyCantUnwind() || ce.start == f.m.File.Entry&^1 {
+		// says nothing, unless the PC is in _start (the ELF entry point).
+		// In a module built with tables it is believed, unless a caller
+		// is found whose call, callee start and saved slot all agree
+		// (static binaries mix table-less program code with libc's).
+		switch {
+		case inStart(f.m.File.Entry&^1, lookupPC(f.cur)-f.m.Bias()):
 			f.outermost = true
+		case !f.m.File.EHABI.MostlyCantUnwind():
+			f.cantUnwind = true
 		}
 	}
 	return next, err
@@ -147,7 +157,7 @@ func (lrStrategy) step(u *unwinder, f *frame) (state, error) {
 	// signal interrupted) and the function saved nothing yet: a leaf, or a
 	// call through a wild pointer (the PC is in no module). On x86 the
 	// return address is at [SP] only on entry: used for wild PCs alone.
-	if !f.cur.exact || f.outermost || (a.LR < 0 && f.mi >= 0) {
+	if !f.cur.exact || f.outermost || f.cantUnwind || (a.LR < 0 && f.mi >= 0) {
 		return state{}, errSkip
 	}
 	next, err := u.fromLR(f.cur)
@@ -189,7 +199,7 @@ type fpStrategy struct{}
 func (fpStrategy) name() string { return MethodFP }
 func (fpStrategy) trust() Trust { return TrustMedium }
 func (fpStrategy) step(u *unwinder, f *frame) (state, error) {
-	if f.outermost || len(u.p.Arch.FrameRecords) == 0 {
+	if f.outermost || f.cantUnwind || len(u.p.Arch.FrameRecords) == 0 {
 		return state{}, errSkip
 	}
 	if f.cur.thumb && u.p.Arch.ThumbNoFP {
@@ -206,7 +216,7 @@ func (scanStrategy) step(u *unwinder, f *frame) (state, error) {
 	if f.outermost || f.mi < 0 {
 		return state{}, errSkip
 	}
-	return u.scan(f.cur)
+	return u.scan(f.cur, f.cantUnwind)
 }
 
 // cantUnwind is an EHABI entry marked EXIDX_CANTUNWIND.
@@ -225,3 +235,10 @@ func (e *cantUnwind) Unwrap() error { return ehabi.ErrCantUnwind }
 func spBased(r *cfi.Row, sp int) bool {
 	return r.CFA.Kind == cfi.RuleCFARegOffset && int(r.CFA.Reg) == sp
 }
+
+// startSize bounds _start: glibc's is a few instructions (52 bytes on
+// A32) ending in the call to __libc_start_main; the code after it belongs
+// to other functions, which an EXIDX_CANTUNWIND entry may cover too.
+const startSize = 0x40
+
+func inStart(entry, pc uint64) bool { return pc >= entry && pc-entry < startSize }
