@@ -111,6 +111,12 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 		if errors.Is(err, cfi.ErrUndefinedRA) {
 			return state{}, &stepError{StopEndOfStack, "return address undefined (outermost frame)"}
 		}
+		if errors.Is(err, cfi.ErrRegUnknown) {
+			// RISC-V vector code's rules read vlenb (DWARF 7202), which no
+			// core note gives the unwinder here: this frame's rule cannot
+			// be computed, other strategies may still recover it.
+			return state{}, err
+		}
 		if err != nil {
 			return state{}, &stepError{StopMemory, err.Error()}
 		}

@@ -180,7 +180,9 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 			next.thumb = next.pc&1 != 0
 			next.pc &^= 1
 		}
-		if next.pc == 0 {
+		if next.pc == 0 && !next.exact {
+			// A return address of 0 ends the stack; an interrupted PC of 0
+			// (a signal during a call through NULL) is a frame of its own.
 			res.Stop = StopEndOfStack
 			break
 		}

@@ -255,3 +255,26 @@ func TestIndirectCallIsLowTrust(t *testing.T) {
 		want{b + 0x14, MethodLR, TrustLow},
 		want{a + 0x14, MethodFP, TrustLow})
 }
+
+// A signal interrupted a call through a NULL pointer: the signal frame
+// gives PC 0, and the walk goes on from the saved LR (issue 16), as it
+// does for frame 0.
+func TestSignalFrameToNullPC(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	const tramp, caller = 0x10800, 0x10100
+	f.insn32(tramp, 0xd2801168) // mov x8, #139
+	f.insn32(tramp+4, 0xd4000001)
+	f.insn32(caller+0x10, 0xD63F0100) // blr x8
+	sp := uint64(stackBase + 0x1000)
+	base := sp + 128 + 176 + 8
+	f.word(base+30*8, caller+0x14) // x30
+	f.word(base+31*8, sp+0x800)    // sp
+	f.word(base+32*8, 0)           // pc
+	var rs regs.Set
+	rs.Set(31, sp)
+	r := f.unwind(tramp, rs, Options{NoScan: true})
+	check(t, r,
+		want{tramp, MethodContext, TrustHigh},
+		want{0, MethodSignal, TrustHigh},
+		want{caller + 0x14, MethodLR, TrustMedium})
+}
