@@ -38,7 +38,6 @@ type frame struct {
 	// function has no caller; only a scan confirmed by the prologue may
 	// look past it.
 	cantUnwind bool
-	why        string
 }
 
 var errSkip = errors.New("does not apply")
