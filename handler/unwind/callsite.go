@@ -27,11 +27,11 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 		thumb = ra&1 != 0
 		ra &^= 1
 	}
-	if u.isTrampoline(ra) {
-		return arch.Call{Direct: true}, nil
-	}
 	mi, m := u.module(ra)
 	if mi < 0 || !m.InCode(ra) {
+		if u.isTrampoline(ra) {
+			return arch.Call{Direct: true}, nil
+		}
 		return arch.Call{}, fmt.Errorf("return address %#x is not in code", ra)
 	}
 	if a.Call == nil {
@@ -44,6 +44,9 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	}
 	c, ok := a.Call(before, ra, thumb)
 	if !ok {
+		if u.isTrampoline(ra) {
+			return arch.Call{Direct: true}, nil
+		}
 		return arch.Call{}, fmt.Errorf("no call instruction before the return address %#x", ra)
 	}
 	if !reach || !c.Direct {
@@ -81,6 +84,9 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 // isTrampoline reports whether code at pc is a signal-return trampoline.
 func (u *unwinder) isTrampoline(pc uint64) bool {
 	a := u.p.Arch
+	if u.notTramp[pc] {
+		return false
+	}
 	mi, m := u.module(pc)
 	if mi < 0 {
 		m = nil
@@ -92,6 +98,10 @@ func (u *unwinder) isTrampoline(pc uint64) bool {
 			return true
 		}
 	}
+	if len(u.notTramp) >= 4096 {
+		clear(u.notTramp)
+	}
+	u.notTramp[pc] = true
 	return false
 }
 

@@ -16,6 +16,7 @@ import (
 type unwinder struct {
 	p     *Process
 	list  []strategy
+	f     frame // the frame being unwound
 	tried map[*module.Module]bool
 	rows  map[rowKey]rowVal
 	// notTramp caches PCs whose code is not a signal trampoline.
@@ -40,7 +41,10 @@ func (u *unwinder) module(pc uint64) (int, *module.Module) {
 // When all fail, the error's detail says why each one did.
 func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 	mi, m := u.module(cur.pc)
-	f := &frame{cur: cur, first: first, mi: mi, m: m}
+	// The frame lives in the unwinder: strategies take it through an
+	// interface, and a fresh one per step would be a heap allocation.
+	u.f = frame{cur: cur, first: first, mi: mi, m: m}
+	f := &u.f
 	var why []string
 	for _, s := range u.list {
 		next, err := s.step(u, f)
