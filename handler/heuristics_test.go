@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -25,16 +27,24 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 	if os.Getenv("UNWOUND_HEURISTICS") == "" {
 		t.Skip("set UNWOUND_HEURISTICS=1 to measure the heuristics against gdb")
 	}
-	for _, arch := range []string{"arm", "riscv64"} {
+	for _, arch := range []string{"arm", "riscv64", "aarch64", "x86_64"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
-			dir := fixture.Build(t, arch)
+			var dir string
 			var variants []string
-			for _, v := range fixture.Variants {
-				variants = append(variants, v+"-notables")
-				if arch == "arm" {
-					variants = append(variants, v+"-marm-notables")
+			switch arch {
+			case "arm", "riscv64":
+				dir = fixture.Build(t, arch)
+				for _, v := range fixture.Variants {
+					variants = append(variants, v+"-notables")
+					if arch == "arm" {
+						variants = append(variants, v+"-marm-notables")
+					}
 				}
+			default:
+				// The fixtures have tables on these arches (GCC's
+				// default): build table-less copies here.
+				dir, variants = buildNoTables(t, arch)
 			}
 			var all tally
 			for _, variant := range variants {
@@ -100,6 +110,36 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 			t.Logf("%-22s %s", "all", all)
 		})
 	}
+}
+
+// buildNoTables builds crash.c without unwind tables for arch, dynamic,
+// at -O0 -fno-omit-frame-pointer and -O2 -fomit-frame-pointer, stripped
+// as Yocto strips, in the layout internal/fixture expects.
+func buildNoTables(t *testing.T, arch string) (string, []string) {
+	cross := map[string]string{"aarch64": "aarch64-linux-gnu-", "x86_64": ""}[arch]
+	if _, err := exec.LookPath(cross + "gcc"); err != nil {
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), arch)
+	src := filepath.Join(fixture.Root(), "testdata", "crash", "crash.c")
+	var variants []string
+	for v, flags := range map[string]string{"O0-dynamic-notables": "-O0 -fno-omit-frame-pointer", "O2-dynamic-notables": "-O2 -fomit-frame-pointer"} {
+		d := filepath.Join(dir, v)
+		if err := os.MkdirAll(filepath.Join(d, "stripped"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"-g"}, strings.Fields(flags)...)
+		args = append(args, "-fno-unwind-tables", "-fno-asynchronous-unwind-tables", "-pthread", "-Wl,--build-id", "-o", filepath.Join(d, "crash"), src)
+		if out, err := exec.Command(cross+"gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if out, err := exec.Command(cross+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", filepath.Join(d, "stripped", "crash"), filepath.Join(d, "crash")).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		variants = append(variants, v)
+	}
+	sort.Strings(variants)
+	return dir, variants
 }
 
 type tally struct {

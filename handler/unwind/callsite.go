@@ -57,13 +57,19 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	if tm < 0 {
 		return c, fmt.Errorf("the call at %#x targets %#x, in no module", ra-uint64(c.Size), c.Target)
 	}
+	cm := module.Find(u.p.Modules, pc)
 	if a.PLT != nil {
 		code := make([]byte, 8)
 		if u.readCode(tmod, c.Target, code) == nil && a.PLT(code) {
+			// A PLT stub jumps on to another module: the callee's PC must
+			// be in another module than the stub (a return address left
+			// by the callee's own calls through its PLT would pass else).
+			if tm == cm {
+				return c, fmt.Errorf("the call at %#x goes through a PLT stub, and the pc is in the same module", ra-uint64(c.Size))
+			}
 			return c, nil
 		}
 	}
-	cm := module.Find(u.p.Modules, pc)
 	switch {
 	case tm != cm:
 		return c, fmt.Errorf("the call at %#x targets %#x, another module than the pc", ra-uint64(c.Size), c.Target)
@@ -140,7 +146,12 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				w = a.Order.Uint64(buf[i:])
 			}
 			w = a.StripPAC(w, u.p.PACMask)
-			if w < a.MinInsn || module.Find(u.p.Modules, w&^1) < 0 {
+			if w < a.MinInsn {
+				continue
+			}
+			if module.Find(u.p.Modules, w&^1) < 0 && !u.isTrampoline(w&^1) {
+				// Not code, unless a signal trampoline outside every
+				// module ([sigpage], qemu-user's sigtramp page).
 				continue
 			}
 			c, err := u.callSite(w, cur, true)
@@ -164,6 +175,7 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 			next = state{}
 			next.pc = w
 			next.rs.Set(a.SP, slot+ps)
+			next.spApprox = !a.RASlotTop
 			next.raMem = true
 			return next, nil
 		}

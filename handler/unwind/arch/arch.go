@@ -49,6 +49,12 @@ type Arch struct {
 	Call CallBefore
 	PLT  func(code []byte) bool
 
+	// RASlotTop says compilers save the return address at the top of a
+	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the
+	// x86 call): a return address found on the stack then gives the
+	// caller's SP exactly. AArch64 saves {x29, x30} at the bottom.
+	RASlotTop bool
+
 	// Strategies lists the unwinding strategies tried for each frame, in
 	// order, by name (package unwind defines them: signal, cfi, ehabi,
 	// prologue, lr, fp, scan).

@@ -71,6 +71,7 @@ var ARM = &Arch{
 		{Name: "apcs", PrevFP: -12, RA: -4, CallerSP: 4, SPExact: true},
 	},
 	ThumbNoFP:    true,
+	RASlotTop:    true,
 	Call:         callARM,
 	PLT:          pltARM,
 	Strategies:   []string{"signal", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},

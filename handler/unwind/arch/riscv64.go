@@ -39,6 +39,7 @@ var RISCV64 = &Arch{
 		{Name: "riscv-leaf", PrevFP: -8, CallerSP: 0, SPExact: true, Leaf: true},
 	},
 	Call:       callRISCV,
+	RASlotTop:  true,
 	PLT:        pltRISCV,
 	Strategies: []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
 	MinInsn:    2,

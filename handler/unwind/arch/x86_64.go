@@ -53,6 +53,7 @@ var X86_64 = &Arch{
 	// push %rbp; mov %rsp, %rbp: {rbp, rip} at rbp, the caller's SP above.
 	FrameRecords: []FrameRecord{{Name: "rbp", PrevFP: 0, RA: 8, CallerSP: 16, SPExact: true}},
 	Call:         callX86,
+	RASlotTop:    true,
 	PLT:          pltX86,
 	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      1,
