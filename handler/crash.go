@@ -189,6 +189,9 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 			}
 			return
 		}
+		if r.Stop == unwind.StopDeadline && !final {
+			continue // its share of this pass is spent: the final pass walks it again
+		}
 		if r.Stop == unwind.StopDeadline || (r.Stop == unwind.StopMaxFrames && walkShare < maxWalk) {
 			r.Detail = "this thread's share of the handler's deadline and frame budget is spent"
 			c.partial = true
