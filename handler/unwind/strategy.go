@@ -240,8 +240,8 @@ func spBased(r *cfi.Row, sp int) bool {
 	return r.CFA.Kind == cfi.RuleCFARegOffset && int(r.CFA.Reg) == sp
 }
 
-// startSize bounds _start: glibc's is a few instructions (52 bytes on
-// A32) ending in the call to __libc_start_main; the code after it belongs
+// startSize bounds _start: glibc's is about a dozen instructions (A32)
+// ending in the call to __libc_start_main; the code after it belongs
 // to other functions, which an EXIDX_CANTUNWIND entry may cover too.
 const startSize = 0x40
 
