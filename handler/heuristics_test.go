@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // TestHeuristicsAgainstGDB measures the unwinder's heuristics on code
@@ -26,6 +29,10 @@ import (
 func TestHeuristicsAgainstGDB(t *testing.T) {
 	if os.Getenv("UNWOUND_HEURISTICS") == "" {
 		t.Skip("set UNWOUND_HEURISTICS=1 to measure the heuristics against gdb")
+	}
+	if dir := os.Getenv("UNWOUND_HEURISTICS_LAB"); dir != "" {
+		labHeuristics(t, dir)
+		return
 	}
 	for _, arch := range []string{"arm", "riscv64", "aarch64", "x86_64"} {
 		arch := arch
@@ -64,51 +71,113 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ct := got.Crashed()
-					var wt *fixture.Thread
-					for i := range want.Threads {
-						if want.Threads[i].Crashed {
-							wt = &want.Threads[i]
-						}
-					}
-					if ct == nil || wt == nil {
-						t.Errorf("%s/%s: no crashed thread", variant, sc)
-						continue
-					}
-					var g []string
-					for _, f := range wt.Frames {
-						if f.Error == "" {
-							g = append(g, f.PC)
-						}
-					}
-					vt.gdb += len(g)
-					var line []string
-					for i, f := range ct.Frames {
-						key := f.Method + "/" + f.Trust
-						switch {
-						case i >= len(g):
-							vt.beyond++
-							line = append(line, "+"+key)
-						case f.PC.String() == g[i]:
-							vt.equal++
-							vt.addEqual(key)
-						default:
-							vt.add(key)
-							line = append(line, fmt.Sprintf("#%d %s!=%s %s", i, f.PC, g[i], key))
-							if f.Trust == "high" || f.Trust == "medium" {
-								t.Errorf("%s/%s: frame %d %s is %s, gdb says %s", variant, sc, i, key, f.PC, g[i])
-							}
-						}
-					}
-					if len(line) > 0 || len(ct.Frames) < len(g) {
-						t.Logf("%s/%s: %d/%d frames, stop %s (%.300s) %s", variant, sc, min(len(ct.Frames), len(g)), len(g), ct.StopReason, ct.StopDetail, strings.Join(line, " "))
-					}
+					vt.measure(t, variant+"/"+sc, got, want)
 				}
 				t.Logf("%-22s %s", variant, vt)
 				all.merge(vt)
 			}
 			t.Logf("%-22s %s", "all", all)
 		})
+	}
+}
+
+// labHeuristics measures the cores a QEMU lab run kept
+// (UNWOUND_LAB_KEEP=dir): real-kernel cores, where qemu-user writes none
+// (RISC-V). UNWOUND_HEURISTICS_LAB names the run's directory, e.g.
+// dir/riscv64-riscv64-debian=false.
+func labHeuristics(t *testing.T, dir string) {
+	reports, _ := filepath.Glob(filepath.Join(dir, "reports", "*"))
+	if len(reports) == 0 {
+		t.Fatalf("no reports under %s", dir)
+	}
+	root := filepath.Join(dir, "root")
+	exeRE := regexp.MustCompile(`^/bin/([^/]+)/([^/]+)$`)
+	byVariant := map[string]*tally{}
+	var all tally
+	for _, rp := range reports {
+		data, err := os.ReadFile(rp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := decode.Report(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mm := exeRE.FindStringSubmatch(rep.Exe)
+		cores, _ := filepath.Glob(filepath.Join(dir, "cores", fmt.Sprintf("core.%d.*", rep.PID)))
+		if mm == nil || len(cores) != 1 || mm[2] != "crash" {
+			continue
+		}
+		b := fixture.Binary{Arch: rep.Arch, Variant: mm[1], Prog: mm[2], Dir: fixture.Build(t, rep.Arch)}
+		want := fixture.OracleSysroot(t, b, cores[0], root)
+		got, err := Offline(OfflineOptions{CoreFile: cores[0], Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vt := byVariant[b.Variant]
+		if vt == nil {
+			vt = &tally{}
+			byVariant[b.Variant] = vt
+		}
+		var one tally
+		one.measure(t, fmt.Sprintf("%s/%s pid %d", rep.Arch, b.Variant, rep.PID), got, want)
+		vt.merge(one)
+		all.merge(one)
+	}
+	var vs []string
+	for v := range byVariant {
+		vs = append(vs, v)
+	}
+	sort.Strings(vs)
+	for _, v := range vs {
+		t.Logf("%-22s %s", v, byVariant[v])
+	}
+	t.Logf("%-22s %s", "all", all)
+}
+
+// measure counts the crashed thread's frames against gdb's: equal, wrong
+// (by method and trust; an error at high or medium trust) and beyond
+// gdb's last.
+func (t2 *tally) measure(t *testing.T, name string, got *report.Report, want *fixture.Trace) {
+	t.Helper()
+	ct := got.Crashed()
+	var wt *fixture.Thread
+	for i := range want.Threads {
+		if want.Threads[i].Crashed {
+			wt = &want.Threads[i]
+		}
+	}
+	if ct == nil || wt == nil {
+		t.Errorf("%s: no crashed thread", name)
+		return
+	}
+	var g []string
+	for _, f := range wt.Frames {
+		if f.Error == "" {
+			g = append(g, f.PC)
+		}
+	}
+	t2.gdb += len(g)
+	var line []string
+	for i, f := range ct.Frames {
+		key := f.Method + "/" + f.Trust
+		switch {
+		case i >= len(g):
+			t2.beyond++
+			line = append(line, "+"+key)
+		case f.PC.String() == g[i]:
+			t2.equal++
+			t2.addEqual(key)
+		default:
+			t2.add(key)
+			line = append(line, fmt.Sprintf("#%d %s!=%s %s", i, f.PC, g[i], key))
+			if f.Trust == "high" || f.Trust == "medium" {
+				t.Errorf("%s: frame %d %s is %s, gdb says %s", name, i, key, f.PC, g[i])
+			}
+		}
+	}
+	if len(line) > 0 || len(ct.Frames) < len(g) {
+		t.Logf("%s: %d/%d frames, stop %s (%.300s) %s", name, min(len(ct.Frames), len(g)), len(g), ct.StopReason, ct.StopDetail, strings.Join(line, " "))
 	}
 }
 
