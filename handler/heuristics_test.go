@@ -104,7 +104,13 @@ func labHeuristics(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 		mm := exeRE.FindStringSubmatch(rep.Exe)
-		cores, _ := filepath.Glob(filepath.Join(dir, "cores", fmt.Sprintf("core.%d.*", rep.PID)))
+		var cores []string
+		found, _ := filepath.Glob(filepath.Join(dir, "cores", fmt.Sprintf("core.%d.*", rep.PID)))
+		for _, c := range found {
+			if !strings.HasSuffix(c, ".json") { // gdb's cached answers lie beside the cores
+				cores = append(cores, c)
+			}
+		}
 		if mm == nil || len(cores) != 1 || mm[2] != "crash" {
 			continue
 		}
