@@ -112,17 +112,23 @@ func Find(mods []*Module, pc uint64) int {
 // Each candidate is therefore checked against the whole file: under its
 // bias, how many PT_LOAD segments sit at an address whose mapping maps
 // their file offset there. The best fit wins; executable permissions (from
-// /proc/<pid>/maps; NT_FILE has none) break ties.
+// /proc/<pid>/maps; NT_FILE has none) break ties. Candidates and segments
+// are capped (a real file has two of the one, a handful of the other), so
+// a hostile core listing one path many times costs little.
 func (m *Module) placeFile(f *File) error {
 	x, ok := f.execSegment()
 	if !ok {
 		return fmt.Errorf("no executable PT_LOAD")
 	}
 	m.CompiledOffset = x.Vaddr - x.Off
-	best, bestScore := -1, 0
+	const maxCandidates = 16
+	best, bestScore, tried := -1, 0, 0
 	for i, mp := range m.Maps {
 		if x.Off < mp.Offset || x.Off-mp.Offset >= mp.End-mp.Start {
 			continue
+		}
+		if tried++; tried > maxCandidates {
+			break
 		}
 		bias := mp.Start + (x.Off - mp.Offset) - x.Vaddr
 		score := 2 * m.fits(f, bias)
@@ -145,19 +151,24 @@ func (m *Module) placeFile(f *File) error {
 	return nil
 }
 
-// fits counts the file's PT_LOAD segments whose first byte, under the load
-// bias, lies in a mapping that maps the segment's file offset there.
+// fits counts the file's PT_LOAD segments (the first 32) whose first byte,
+// under the load bias, lies in a mapping that maps the segment's file
+// offset there. m.Maps is in address order (Group sorts it).
 func (m *Module) fits(f *File, bias uint64) int {
 	n := 0
-	for _, s := range f.loads {
+	for i, s := range f.loads {
+		if i >= 32 {
+			break
+		}
 		if s.Filesz == 0 {
 			continue
 		}
 		addr := s.Vaddr + bias
-		for _, mp := range m.Maps {
-			if addr >= mp.Start && addr < mp.End && mp.Offset+(addr-mp.Start) == s.Off {
+		j := sort.Search(len(m.Maps), func(j int) bool { return m.Maps[j].End > addr })
+		if j < len(m.Maps) {
+			mp := m.Maps[j]
+			if addr >= mp.Start && mp.Offset+(addr-mp.Start) == s.Off {
 				n++
-				break
 			}
 		}
 	}
