@@ -60,6 +60,9 @@ type Handler struct {
 	// DumpModePolicy is what becomes of processes dumped with %d other
 	// than 1 (changed credentials): report, registers, drop.
 	DumpModePolicy string `toml:"dump_mode_policy"`
+	// StackScan lets the unwinder fall back to a validated stack scan
+	// (low-trust frames) where no table or frame record says more.
+	StackScan bool `toml:"stack_scan"`
 }
 
 // Queue is the report queue on flash.
@@ -118,6 +121,7 @@ func Default() *Config {
 			Live:           true,
 			Supervise:      true,
 			DumpModePolicy: "report",
+			StackScan:      true,
 		},
 		Queue: Queue{
 			Dir:           "/var/lib/unwound/queue",

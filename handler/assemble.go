@@ -144,7 +144,7 @@ func (c *crash) assembleThreads(r *report.Report) {
 			th.ElidedAt = (c.cfg.Handler.MaxFrames + 1) / 2
 		}
 		for _, f := range res.Frames {
-			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
+			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Trust: f.Trust.String(), Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
 			if f.Module >= 0 {
 				rf.Module = remap[f.Module]
 			}

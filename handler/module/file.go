@@ -30,6 +30,7 @@ type File struct {
 	r     io.ReaderAt
 
 	BuildID []byte // NT_GNU_BUILD_ID, nil when absent
+	Entry   uint64 // e_entry: _start, the outermost frame of the main thread
 
 	EHFrame    *cfi.Table // .eh_frame (through .eh_frame_hdr when present)
 	DebugFrame *cfi.Table // .debug_frame, in unstripped files
@@ -99,7 +100,7 @@ func Load(r io.ReaderAt) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r}
+	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r, Entry: ef.Entry}
 	var hdrProg *elf.Prog
 	for _, p := range ef.Progs {
 		switch p.Type {

@@ -72,3 +72,45 @@ func FuzzMiniDebugInfo(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlace places a real file under mappings made of the fuzzer's bytes
+// (as a hostile NT_FILE lists them): no panic, and a placement whose
+// runtime offset is one of the mappings'.
+func FuzzPlace(f *testing.F) {
+	b, err := os.ReadFile("testdata/tiny.elf")
+	if err != nil {
+		f.Skip(err)
+	}
+	file, err := Load(bytes.NewReader(b))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte{0x10, 0, 0, 0x10, 0x10, 1, 0x20, 0x10, 0x10, 2})
+	f.Add(bytes.Repeat([]byte{0x10, 0, 0, 0x10, 0x10, 1}, 200))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var maps []Mapping
+		for len(p) >= 5 && len(maps) < 4096 {
+			start := uint64(p[0])<<12 | uint64(p[1])<<20
+			mp := Mapping{Start: start, End: start + uint64(p[2]|1)<<12, Offset: uint64(p[3]) << 8, Path: "fuzz"}
+			if p[4]&1 != 0 {
+				mp.Perms = "r-xp"
+			}
+			maps = append(maps, mp)
+			p = p[5:]
+		}
+		mods := Group(maps)
+		if len(mods) != 1 {
+			return
+		}
+		m := mods[0]
+		if err := m.placeFile(file); err != nil {
+			return
+		}
+		for _, mp := range m.Maps {
+			if m.RuntimeOffset == mp.Start-mp.Offset {
+				return
+			}
+		}
+		t.Errorf("runtime offset %#x is no mapping's", m.RuntimeOffset)
+	})
+}
