@@ -104,6 +104,7 @@ type Serial struct {
 	Port        string `toml:"port"`
 	Baud        int    `toml:"baud"`
 	FlowControl string `toml:"flow_control"` // none, rtscts
+	Framing     string `toml:"framing"`      // text, binary
 }
 
 // Default returns the configuration used when no file exists; it is what
@@ -147,6 +148,7 @@ func Default() *Config {
 			Port:        "/dev/ttyS1",
 			Baud:        115200,
 			FlowControl: "none",
+			Framing:     "text",
 		},
 	}
 }
@@ -334,6 +336,7 @@ func (c *Config) check() []problem {
 	s := &c.Serial
 	rng("serial.baud", s.Baud, 50, 16000000)
 	oneOf("serial.flow_control", s.FlowControl, "none", "rtscts")
+	oneOf("serial.framing", s.Framing, "text", "binary")
 	return ps
 }
 

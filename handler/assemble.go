@@ -126,8 +126,8 @@ func (c *crash) assembleThreads(r *report.Report) {
 			Start: report.Hex(m.Start), End: report.Hex(m.End),
 			RuntimeOffset: report.Hex(m.RuntimeOffset), CompiledOffset: report.Hex(m.CompiledOffset),
 		}
-		if m.Err != nil {
-			rm.Error = m.Err.Error()
+		if err := m.Error(); err != nil {
+			rm.Error = err.Error()
 		}
 		r.Modules = append(r.Modules, rm)
 	}

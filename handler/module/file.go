@@ -43,8 +43,15 @@ type File struct {
 	EHABI *ehabi.Table
 
 	symtabs    []elf.SectionHeader // .symtab, .dynsym, for FuncStart
+	hasSymtab  bool                // not stripped: MiniDebugInfo adds nothing
 	symsLoaded bool
 	funcs      []uint64 // function starts, sorted (FuncStart)
+
+	// MiniDebugInfo (minidebuginfo.go): .gnu_debugdata, read on first use.
+	mdiSec  elf.SectionHeader
+	mdiDone bool
+	mdi     *miniDebugInfo
+	mdiErr  error
 
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
@@ -107,7 +114,11 @@ func Load(r io.ReaderAt) (*File, error) {
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		if s := ef.SectionByType(typ); s != nil {
 			f.symtabs = append(f.symtabs, s.SectionHeader)
+			f.hasSymtab = f.hasSymtab || typ == elf.SHT_SYMTAB
 		}
+	}
+	if s := ef.Section(".gnu_debugdata"); s != nil && s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_COMPRESSED == 0 {
+		f.mdiSec = s.SectionHeader
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 

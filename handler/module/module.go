@@ -122,3 +122,13 @@ func (m *Module) placeFile(f *File) error {
 	m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
 	return nil
 }
+
+// Error is what the report says went wrong with the module: why its file
+// could not be loaded or, once loaded, why its MiniDebugInfo could not be
+// used (the unwinder went on with the file's other tables).
+func (m *Module) Error() error {
+	if m.Err != nil || m.File == nil {
+		return m.Err
+	}
+	return m.File.MiniDebugInfoError()
+}

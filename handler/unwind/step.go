@@ -96,7 +96,7 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 	a := u.p.Arch
 	pc := lookupPC(cur) - m.Bias()
 	var lastErr error = errNoCFI
-	for _, t := range []*cfi.Table{m.File.DebugFrame, m.File.EHFrame} {
+	for _, t := range m.File.CFITables(pc) {
 		if t == nil {
 			continue
 		}
@@ -222,20 +222,21 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	a := u.p.Arch
 	pc := lookupPC(cur) - m.Bias()
 	e, err := m.File.EHABI.Lookup(pc)
-	if errors.Is(err, ehabi.ErrCantUnwind) {
+	if err != nil && !errors.Is(err, ehabi.ErrCantUnwind) {
+		return state{}, err
+	}
+	// Entries run to the next one: a function the table leaves out (glibc's
+	// abort) would inherit its neighbour's program, or its CANTUNWIND
+	// (_start's, before a program's own code). A symbol starting after
+	// the entry says the entry is not this function's.
+	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
+		return state{}, &noEntry{m.Path, fs, err != nil}
+	}
+	if err != nil {
 		return state{}, &cantUnwind{m.Path, e.Start}
 	}
 	if cur.spApprox {
 		return state{}, errors.New("EHABI: SP is only known roughly")
-	}
-	if err != nil {
-		return state{}, err
-	}
-	// Entries run to the next one: a function the table leaves out (glibc's
-	// abort) would inherit its neighbour's program. A symbol starting after
-	// the entry says the entry is not this function's.
-	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
-		return state{}, fmt.Errorf("%s: no .ARM.exidx entry for the function at %#x", m.Path, fs)
 	}
 	var s ehabi.State
 	for r := 0; r < 16; r++ {
