@@ -230,7 +230,7 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	// (_start's, before a program's own code). A symbol starting after
 	// the entry says the entry is not this function's.
 	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
-		return state{}, fmt.Errorf("%s: no .ARM.exidx entry for the function at %#x", m.Path, fs)
+		return state{}, &noEntry{m.Path, fs, err != nil}
 	}
 	if err != nil {
 		return state{}, &cantUnwind{m.Path, e.Start}

@@ -111,6 +111,13 @@ func (ehabiStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, errSkip
 	}
 	next, err := u.ehabi(f.m, f.cur)
+	var ne *noEntry
+	if errors.As(err, &ne) && ne.cant && !f.first && !f.m.File.EHABI.MostlyCantUnwind() {
+		// A function without an entry of its own, in the range of an
+		// EXIDX_CANTUNWIND entry of a module built with tables (libc's
+		// thread start): believed as the entry would be.
+		f.cantUnwind = true
+	}
 	var ce *cantUnwind
 	if errors.As(err, &ce) && !f.first {
 		// gdb ends here too: _start, clone and thread starts are
@@ -221,6 +228,19 @@ func (scanStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, errSkip
 	}
 	return u.scan(f.cur, f.cantUnwind)
+}
+
+// noEntry: a symbol says the function holding the PC starts after the
+// EHABI entry covering it, so the entry is a neighbour's; cant says that
+// entry is EXIDX_CANTUNWIND.
+type noEntry struct {
+	path  string
+	start uint64
+	cant  bool
+}
+
+func (e *noEntry) Error() string {
+	return fmt.Sprintf("%s: no .ARM.exidx entry for the function at %#x", e.path, e.start)
 }
 
 // cantUnwind is an EHABI entry marked EXIDX_CANTUNWIND.
