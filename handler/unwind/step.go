@@ -255,7 +255,9 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	}
 	var next state
 	next.rs = cur.rs
-	next.raMem = s.PCSet
+	// The return address came from the stack when pc, or the lr it is
+	// taken from, was popped: a recursion, not a rule that loops.
+	next.raMem = s.PCSet || s.Popped&(1<<a.LR) != 0
 	for r := 0; r < 16; r++ {
 		if s.Valid&(1<<r) != 0 {
 			next.rs.Set(r, uint64(s.R[r]))

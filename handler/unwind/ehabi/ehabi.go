@@ -172,6 +172,7 @@ type Memory interface {
 type State struct {
 	R      [16]uint32
 	Valid  uint16 // bit n: R[n] is known
+	Popped uint16 // bit n: R[n] was read from the stack
 	PCSet  bool   // an opcode popped r15
 	Finish bool
 }
@@ -191,6 +192,7 @@ func Exec(ops []byte, s *State, mem Memory, order binary.ByteOrder) error {
 		}
 		s.R[reg] = order.Uint32(b[:])
 		s.Valid |= 1 << reg
+		s.Popped |= 1 << reg
 		vsp += 4
 		return nil
 	}

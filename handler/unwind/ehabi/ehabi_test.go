@@ -312,3 +312,27 @@ func TestCraftedPrograms(t *testing.T) {
 		}
 	}
 }
+
+// A32 code built with -fno-omit-frame-pointer saves {fp, lr} and returns
+// through lr: the return address then comes from the stack although no
+// opcode pops pc, which is what tells a recursion from a rule that keeps
+// giving the same pc (the unwinder's loop check).
+func TestPoppedRegisters(t *testing.T) {
+	s, err := run(t, []byte{0x84, 0x80, 0xb0}) // pop {r11, lr}; finish
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PCSet {
+		t.Error("PCSet after popping lr only")
+	}
+	if want := uint16(1<<11 | 1<<14); s.Popped != want {
+		t.Errorf("Popped = %#x, want %#x", s.Popped, want)
+	}
+	if s.R[15] != s.R[14] || s.R[14] != 0x8000+4+1000 {
+		t.Errorf("pc %#x, lr %#x: want both the popped lr %#x", s.R[15], s.R[14], 0x8000+4+1000)
+	}
+	s, err = run(t, []byte{0xb0}) // finish: pc from the lr register
+	if err != nil || s.Popped != 0 {
+		t.Errorf("finish alone: Popped = %#x, err %v", s.Popped, err)
+	}
+}
