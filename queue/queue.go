@@ -214,8 +214,13 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 // clean, so retrying fsync on the same file would "succeed" with the data
 // gone). On any error nothing of this entry is left in the directory.
 func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, error) {
+	return q.put(data, bootTag(bootID), crashTime, true)
+}
+
+// put is PutAt with the boot tag; reap removes leftover temps under the
+// lock (Recover, which promotes them, does that itself afterwards).
+func (q *Queue) put(data []byte, boot string, crashTime int64, reap bool) (PutResult, error) {
 	var res PutResult
-	boot := bootTag(bootID)
 	tmp, err := q.writeTemp(data, boot)
 	if err != nil {
 		tmp, err = q.writeTemp(data, boot)
@@ -236,7 +241,9 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 	if err != nil {
 		return res, err
 	}
-	q.removeStaleTemps(boot)
+	if reap {
+		q.removeStaleTemps(boot)
+	}
 	var next uint64 = 1
 	if len(es) > 0 {
 		next = es[len(es)-1].Seq + 1
