@@ -306,13 +306,17 @@ func dump(q *queue.Queue, args []string) int {
 	return 0
 }
 
-// recoverQueue removes the temp files a dead handler left and moves
-// entries that fail validation to the quarantine, saying so.
+// recoverQueue stores again the whole reports left in leftover files,
+// removes the temp files a dead handler left and moves entries that fail
+// validation to the quarantine, saying so.
 func recoverQueue(q *queue.Queue) {
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	r, err := q.Recover(strings.TrimSpace(string(boot)))
 	if err != nil {
 		log.Printf("queue recovery: %v", err)
+	}
+	for _, p := range r.Promoted {
+		log.Printf("queue: %s, left by a cut store, held a whole report: stored again as %s", p[0], p[1])
 	}
 	for _, t := range r.TempsRemoved {
 		log.Printf("queue: removed the leftover temp file %s", t)
