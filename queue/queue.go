@@ -217,8 +217,9 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 	return q.put(data, bootTag(bootID), crashTime, true)
 }
 
-// put is PutAt with the boot tag; reap removes leftover temps under the
-// lock (Recover, which promotes them, does that itself afterwards).
+// put is PutAt with the boot tag; reap removes this boot's leftover temps
+// under the lock (Recover, which promotes them, does that itself
+// afterwards).
 func (q *Queue) put(data []byte, boot string, crashTime int64, reap bool) (PutResult, error) {
 	var res PutResult
 	tmp, err := q.writeTemp(data, boot)
@@ -242,7 +243,7 @@ func (q *Queue) put(data []byte, boot string, crashTime int64, reap bool) (PutRe
 		return res, err
 	}
 	if reap {
-		q.removeStaleTemps(boot)
+		q.removeStaleTemps(boot, false)
 	}
 	var next uint64 = 1
 	if len(es) > 0 {

@@ -12,12 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// removeStaleTemps removes leftover temp files: those written in another
-// boot (the name carries the boot tag), and those no longer locked by
+// removeStaleTemps removes leftover temp files: those no longer locked by
 // their writer (a writer holds a flock on its temp until the rename; the
-// kernel drops it when the writer dies). No clock is involved: the wall
-// clock jumps at NTP sync. The caller holds the queue lock.
-func (q *Queue) removeStaleTemps(boot string) (removed []string) {
+// kernel drops it when the writer dies) and, with otherBoots, all those
+// written in another boot (the name carries the boot tag). No clock is
+// involved: the wall clock jumps at NTP sync. Put leaves other boots'
+// temps to Recover, which first stores again those that hold a whole
+// report (a power cut after their fsync): the handler, which cannot
+// validate them, may run before the uploader at boot. The caller holds
+// the queue lock.
+func (q *Queue) removeStaleTemps(boot string, otherBoots bool) (removed []string) {
 	des, _ := os.ReadDir(q.dir)
 	for _, de := range des {
 		rest, ok := strings.CutPrefix(de.Name(), tmpPrefix)
@@ -26,7 +30,7 @@ func (q *Queue) removeStaleTemps(boot string) (removed []string) {
 		}
 		p := filepath.Join(q.dir, de.Name())
 		if tag, _, _ := strings.Cut(rest, "-"); tag != boot {
-			if os.Remove(p) == nil {
+			if otherBoots && os.Remove(p) == nil {
 				removed = append(removed, de.Name())
 			}
 			continue
@@ -166,7 +170,7 @@ func (q *Queue) Recover(bootID string) (Recovery, error) {
 	if unlock, err = q.lock(); err != nil {
 		return r, err
 	}
-	r.TempsRemoved = q.removeStaleTemps(boot)
+	r.TempsRemoved = q.removeStaleTemps(boot, true)
 	for _, s := range strays {
 		os.Remove(filepath.Join(q.dir, s))
 	}

@@ -204,7 +204,7 @@ func TestRecoverPromotesWholeLeftovers(t *testing.T) {
 	q := open(t, Options{MaxEntries: 3})
 	const boot = "feedf00d-0000"
 	dir := q.Dir()
-	old, _ := q.Put(entry(t, "old"), boot)
+	q.Put(entry(t, "old"), boot)
 	truncated, _ := q.Put(nil, boot) // what fsck leaves of an entry that lost
 	os.WriteFile(filepath.Join(dir, ".tmp-12345678-1"), entry(t, "whole, earlier boot"), 0o600)
 	os.WriteFile(filepath.Join(dir, ".tmp-12345678-2"), entry(t, "torn")[:9], 0o600)
@@ -216,11 +216,17 @@ func TestRecoverPromotesWholeLeftovers(t *testing.T) {
 	if err := unix.Flock(int(live.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
+	// A handler stores a crash before the uploader starts: it leaves the
+	// earlier boot's temps to Recover, which can tell a whole report.
+	q.Put(entry(t, "crash at boot"), boot)
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-12345678-1")); err != nil {
+		t.Fatal("Put removed an earlier boot's temp")
+	}
 	r, err := q.Recover(boot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(r.Promoted) != "[[.tmp-12345678-1 0000000002-12345678.json.zst] [00DD5D~7.ZST 0000000003-feedf00d.json.zst]]" {
+	if fmt.Sprint(r.Promoted) != "[[.tmp-12345678-1 0000000004-12345678.json.zst] [00DD5D~7.ZST 0000000005-feedf00d.json.zst]]" {
 		t.Errorf("promoted %v", r.Promoted)
 	}
 	if strings.Join(r.TempsRemoved, " ") != ".tmp-12345678-1 .tmp-12345678-2" {
@@ -234,12 +240,12 @@ func TestRecoverPromotesWholeLeftovers(t *testing.T) {
 	for _, de := range des {
 		names = append(names, de.Name())
 	}
-	// The corrupt entry went to the quarantine first, so the promotions
-	// fit within max_entries = 3 without evicting the old entry.
-	if want := ".lock .tmp-feedf00d-3 " + old.Name + " 0000000002-12345678.json.zst 0000000003-feedf00d.json.zst quarantine"; strings.Join(names, " ") != want {
+	// The corrupt entry went to the quarantine first; the promotions then
+	// evicted the oldest entry to stay within max_entries = 3.
+	if want := ".lock .tmp-feedf00d-3 0000000003-feedf00d.json.zst 0000000004-12345678.json.zst 0000000005-feedf00d.json.zst quarantine"; strings.Join(names, " ") != want {
 		t.Errorf("queue holds %q, want %q", names, want)
 	}
-	for name, want := range map[string]string{"0000000002-12345678.json.zst": "whole, earlier boot", "0000000003-feedf00d.json.zst": "whole, lost its long name"} {
+	for name, want := range map[string]string{"0000000004-12345678.json.zst": "whole, earlier boot", "0000000005-feedf00d.json.zst": "whole, lost its long name"} {
 		b, err := q.Read(name)
 		if err == nil {
 			b, err = decode.JSON(b)
