@@ -214,13 +214,16 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 // clean, so retrying fsync on the same file would "succeed" with the data
 // gone). On any error nothing of this entry is left in the directory.
 func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, error) {
-	return q.put(data, bootTag(bootID), crashTime, true)
+	boot := bootTag(bootID)
+	return q.put(data, boot, boot, crashTime, true)
 }
 
-// put is PutAt with the boot tag; reap removes this boot's leftover temps
-// under the lock (Recover, which promotes them, does that itself
-// afterwards).
-func (q *Queue) put(data []byte, boot string, crashTime int64, reap bool) (PutResult, error) {
+// put is PutAt with boot tags: boot, this boot's, for the temp (so that
+// no one takes it for a leftover), entryBoot for the name (Recover keeps
+// the tag of the boot a leftover was written in). reap removes this
+// boot's leftover temps under the lock (Recover, which promotes them, does
+// that itself afterwards).
+func (q *Queue) put(data []byte, boot, entryBoot string, crashTime int64, reap bool) (PutResult, error) {
 	var res PutResult
 	tmp, err := q.writeTemp(data, boot)
 	if err != nil {
@@ -296,7 +299,7 @@ func (q *Queue) put(data []byte, boot string, crashTime int64, reap bool) (PutRe
 	if report.TrustedTime(crashTime) {
 		when = crashTime
 	}
-	name := Name{Seq: next, Boot: boot, Time: when}.String()
+	name := Name{Seq: next, Boot: entryBoot, Time: when}.String()
 	if err := os.Rename(tmp.Name(), filepath.Join(q.dir, name)); err != nil {
 		return res, fmt.Errorf("queue: %w", err)
 	}

@@ -158,7 +158,7 @@ func (q *Queue) Recover(bootID string) (Recovery, error) {
 		}
 	}
 	for _, l := range left {
-		res, err := q.put(l.data, l.boot, 0, false)
+		res, err := q.put(l.data, boot, l.boot, 0, false)
 		if err != nil {
 			continue // left for the next start
 		}
