@@ -7,7 +7,7 @@
 // bounded quarantine. Names are FAT-safe and ordered by a sequence number, never by
 // wall-clock time (boards without an RTC start in 1970): see Name. The
 // lock (flock on ".lock") is held only to pick the number, evict and rename
-// (and, shared, for the instant a temp file is created and locked).
+// (and, shared, while a temp file is created, written and fsynced).
 package queue
 
 import (
@@ -185,7 +185,15 @@ func (q *Queue) Remove(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	err := os.Remove(filepath.Join(q.dir, name))
+	// Under the lock: on FAT an unlink frees the file's clusters in the
+	// allocation table, and a writer's fsync would write that to the disk
+	// before the directory says the file is gone (see writeTemp).
+	unlock, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	err = os.Remove(filepath.Join(q.dir, name))
 	if err == nil {
 		syncDir(q.dir)
 	}
@@ -343,21 +351,21 @@ func (q *Queue) expire(es []Entry) (kept []Entry, expired []string) {
 
 // writeTemp writes data into a new temp file and fsyncs it. The file is
 // returned open, holding a flock that tells removeStaleTemps its writer is
-// alive. The temp is created and flocked under the queue lock taken
-// shared, so a reaper (which holds it exclusive) never sees it unlocked;
-// the write and fsync happen outside any queue lock.
+// alive. It all happens under the queue lock taken shared: a reaper
+// (which holds it exclusive) never sees the temp unlocked, and the fsync,
+// which on FAT writes the whole allocation table, never comes between an
+// unlink and the directory fsync that follows it (see Put and Remove).
 func (q *Queue) writeTemp(data []byte, boot string) (*os.File, error) {
 	unlock, err := q.lockHow(unix.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	f, err := os.CreateTemp(q.dir, tmpPrefix+boot+"-*")
 	if err != nil {
-		unlock()
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	unlock()
 	name := f.Name()
 	if err == nil {
 		_, err = f.Write(data)
