@@ -137,7 +137,9 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	daemon := !*once && fs.NArg() == 0
-	q, err := queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+	qopt := queue.FromConfig(cfg.Queue)
+	qopt.Check = decode.Entry
+	q, err := queue.Open(cfg.Queue.Dir, qopt)
 	for err != nil && daemon {
 		// At boot the queue's filesystem may not be mounted yet: a daemon
 		// waits for it instead of dying and being restarted in a loop.
@@ -147,7 +149,7 @@ func run(args []string) int {
 			return 0
 		case <-time.After(30 * time.Second):
 		}
-		q, err = queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+		q, err = queue.Open(cfg.Queue.Dir, qopt)
 	}
 	if err != nil {
 		log.Print(err)

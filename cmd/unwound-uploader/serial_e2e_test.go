@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/unwound-dev/unwound/internal/testbin"
 	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
@@ -220,28 +221,11 @@ func (l *relay) stats() string {
 	return fmt.Sprintf("carried %d bytes; %d dropped, %d flipped, %d lines truncated, %d kernel messages", l.carried, l.dropped, l.flipped, l.truncated, l.injected)
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 func binaries(t testing.TB) (uploader, unwound string) {
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "unwound-e2e-")
-		if buildErr != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", binDir+"/", "../unwound-uploader", "../unwound").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "unwound-uploader"), filepath.Join(binDir, "unwound")
+	return testbin.Build(t, "unwound-uploader", ""), testbin.Build(t, "unwound", "")
 }
+
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // rig is a board queue, a relay and the paths both programs open. The
 // receiver opens rxLink, a symlink like /dev/serial/by-id/... naming the

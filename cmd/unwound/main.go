@@ -33,7 +33,7 @@ func main() {
 	case "decode":
 		err = decodeCmd(os.Args[2:])
 	case "receive":
-		err = receive(os.Args[2:])
+		err = receiveCmd(os.Args[2:])
 	case "serve":
 		err = serve(os.Args[2:])
 	case "extract", "undump":

@@ -120,7 +120,7 @@ func Load(r io.ReaderAt) (*File, error) {
 		hdrAddr = hdrProg.Vaddr
 	}
 	if eh == nil && hdr != nil {
-		eh, ehAddr = f.ehFrameFromHdr(hdr, hdrAddr)
+		eh, ehAddr = f.ehFrameFromHdr(hdr, hdrAddr, ca)
 	}
 	if len(eh) > 0 {
 		t, err := cfi.NewEHFrame(eh, ehAddr, hdr, hdrAddr, ca)
@@ -188,8 +188,9 @@ func ptrSize(c elf.Class) int {
 
 // sectionData reads a section's bytes as they are in the file. Compressed
 // sections (SHF_COMPRESSED, only ever .debug_* ones) are skipped: their
-// zlib and zstd decoders would cost the handler 110 KB for a table that
-// .eh_frame or .ARM.exidx provide too, and stripped binaries have none.
+// zlib and zstd decoders would grow the handler (docs/design.md,
+// "Footprint") for a table that .eh_frame or .ARM.exidx provide too, and
+// stripped binaries have none.
 func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	s := ef.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 || s.Size == 0 || s.Size > MaxSection {
@@ -202,25 +203,10 @@ func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	return b, s.Addr
 }
 
-// ehFrameFromHdr reads .eh_frame from the address in an .eh_frame_hdr
-// (LSB 5.0 "eh_frame_hdr"): version 1, then the encoded eh_frame_ptr.
-func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64) ([]byte, uint64) {
-	if len(hdr) < 8 || hdr[0] != 1 {
-		return nil, 0
-	}
-	var addr uint64
-	switch hdr[1] {
-	case 0x1b: // pcrel | sdata4
-		addr = hdrAddr + 4 + uint64(int64(int32(f.Order.Uint32(hdr[4:]))))
-	case 0x03: // udata4
-		addr = uint64(f.Order.Uint32(hdr[4:]))
-	case 0x00: // absptr
-		if f.Class == elf.ELFCLASS32 {
-			addr = uint64(f.Order.Uint32(hdr[4:]))
-		} else if len(hdr) >= 12 {
-			addr = f.Order.Uint64(hdr[4:])
-		}
-	default:
+// ehFrameFromHdr reads .eh_frame from the address an .eh_frame_hdr gives.
+func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64, ca cfi.Arch) ([]byte, uint64) {
+	addr, err := cfi.EHFramePtr(hdr, hdrAddr, ca)
+	if err != nil {
 		return nil, 0
 	}
 	for _, s := range f.loads {
