@@ -126,8 +126,8 @@ func (c *crash) assembleThreads(r *report.Report) {
 			Start: report.Hex(m.Start), End: report.Hex(m.End),
 			RuntimeOffset: report.Hex(m.RuntimeOffset), CompiledOffset: report.Hex(m.CompiledOffset),
 		}
-		if m.Err != nil {
-			rm.Error = m.Err.Error()
+		if err := m.Error(); err != nil {
+			rm.Error = err.Error()
 		}
 		r.Modules = append(r.Modules, rm)
 	}
@@ -144,7 +144,7 @@ func (c *crash) assembleThreads(r *report.Report) {
 			th.ElidedAt = (c.cfg.Handler.MaxFrames + 1) / 2
 		}
 		for _, f := range res.Frames {
-			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
+			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Trust: f.Trust.String(), Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
 			if f.Module >= 0 {
 				rf.Module = remap[f.Module]
 			}

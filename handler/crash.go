@@ -132,18 +132,42 @@ func (c *crash) threads() []coredump.Thread {
 // final, threads whose walk hit the deadline are forgotten, so a later
 // call (with a later deadline, from a snapshot) can walk them again; the
 // final call keeps what such a walk found.
+//
+// Each thread gets a share of the time left and of the frame budget: the
+// crashed thread (first) half, each other thread an equal part of what
+// remains, so a thread that loops or recurses without end cannot take
+// the others' frames. A thread cut short by its share says so (stop
+// deadline or max_frames) and the report is partial.
 func (c *crash) unwindThreads(deadline time.Time, final bool) {
 	if c.results == nil {
 		c.results = map[int]unwind.Result{}
 	}
 	p := &unwind.Process{Arch: c.arch, Modules: c.mods, Mem: c.mem, Load: c.load}
-	for _, t := range c.threads() {
+	threads := c.threads()
+	left := 0
+	for _, t := range threads {
+		if _, done := c.results[t.TID]; !done {
+			left++
+		}
+	}
+	walk := maxWalk
+	for i, t := range threads {
 		if _, done := c.results[t.TID]; done {
 			continue
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if now.After(deadline) {
 			return
 		}
+		share, walkShare := deadline.Sub(now), walk
+		if left > 1 {
+			if i == 0 {
+				share, walkShare = share/2, walk/2
+			} else {
+				share, walkShare = share/time.Duration(left), walk/left
+			}
+		}
+		left--
 		pc, rs, err := c.arch.FromPRStatus(t.Regs)
 		if err != nil {
 			c.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
@@ -153,16 +177,29 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
 			Thumb:     thumbState(c.arch, t.Regs),
 			MaxFrames: c.cfg.Handler.MaxFrames,
-			MaxWalk:   1 << 20, // a whole 8 MiB stack of tiny frames; the deadline bounds it too
-			Deadline:  deadline,
+			MaxWalk:   walkShare,
+			Deadline:  now.Add(share),
+			NoScan:    !c.cfg.Handler.StackScan,
 		})
-		if r.Stop == unwind.StopDeadline {
+		walk -= min(walk, r.Walked)
+		if r.Stop == unwind.StopDeadline && time.Now().After(deadline) {
 			if final {
 				c.results[t.TID] = r
 				c.partial = true
 			}
 			return
 		}
+		if r.Stop == unwind.StopDeadline && !final {
+			continue // its share of this pass is spent: the final pass walks it again
+		}
+		if r.Stop == unwind.StopDeadline || (r.Stop == unwind.StopMaxFrames && walkShare < maxWalk) {
+			r.Detail = "this thread's share of the handler's deadline and frame budget is spent"
+			c.partial = true
+		}
 		c.results[t.TID] = r
 	}
 }
+
+// maxWalk bounds the frames walked over all threads: a whole 8 MiB stack
+// of tiny frames. The deadline bounds the walk too.
+const maxWalk = 1 << 20

@@ -224,7 +224,9 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		}
 		lm = next
 		name := readCString(c.mem, lname, 4096)
-		if name == "" || !strings.HasPrefix(name, "/") {
+		// The first entry is the program itself: glibc names it "", musl
+		// by the path it was run as.
+		if n == 0 || name == "" || !strings.HasPrefix(name, "/") {
 			continue // the program itself, the vDSO
 		}
 		lf, err := elf.Open(filepath.Join(sysroot, name))

@@ -179,7 +179,7 @@ func run(args []string) int {
 	case "serial":
 		t = serialup.New(serialup.Config{
 			Port: cfg.Serial.Port, Baud: cfg.Serial.Baud, Flow: cfg.Serial.FlowControl,
-			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv()},
+			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv(), Binary: cfg.Serial.Framing == "binary"},
 			Log:   log.Printf, Announce: *once,
 		})
 	case "http":

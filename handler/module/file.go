@@ -30,6 +30,7 @@ type File struct {
 	r     io.ReaderAt
 
 	BuildID []byte // NT_GNU_BUILD_ID, nil when absent
+	Entry   uint64 // e_entry: _start, the outermost frame of the main thread
 
 	EHFrame    *cfi.Table // .eh_frame (through .eh_frame_hdr when present)
 	DebugFrame *cfi.Table // .debug_frame, in unstripped files
@@ -42,8 +43,15 @@ type File struct {
 	EHABI *ehabi.Table
 
 	symtabs    []elf.SectionHeader // .symtab, .dynsym, for FuncStart
+	hasSymtab  bool                // not stripped: MiniDebugInfo adds nothing
 	symsLoaded bool
 	funcs      []uint64 // function starts, sorted (FuncStart)
+
+	// MiniDebugInfo (minidebuginfo.go): .gnu_debugdata, read on first use.
+	mdiSec  elf.SectionHeader
+	mdiDone bool
+	mdi     *miniDebugInfo
+	mdiErr  error
 
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
@@ -92,7 +100,7 @@ func Load(r io.ReaderAt) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r}
+	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r, Entry: ef.Entry}
 	var hdrProg *elf.Prog
 	for _, p := range ef.Progs {
 		switch p.Type {
@@ -106,7 +114,11 @@ func Load(r io.ReaderAt) (*File, error) {
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		if s := ef.SectionByType(typ); s != nil {
 			f.symtabs = append(f.symtabs, s.SectionHeader)
+			f.hasSymtab = f.hasSymtab || typ == elf.SHT_SYMTAB
 		}
+	}
+	if s := ef.Section(".gnu_debugdata"); s != nil && s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_COMPRESSED == 0 {
+		f.mdiSec = s.SectionHeader
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 
