@@ -25,7 +25,7 @@ var AArch64 = &Arch{
 	LR:      a64LR,
 	RA:      a64LR,
 	// struct user_pt_regs: regs[31], sp, pc, pstate.
-	PRStatus:     seq(0, 32),
+	PRStatus:     []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31},
 	PRStatusCPSR: -1,
 	PRStatusPC:   32,
 	PRStatusMin:  33,
@@ -43,36 +43,10 @@ var AArch64 = &Arch{
 		// 176 (16-byte aligned after uc_sigmask and the 120-byte pad);
 		// sigcontext starts with fault_address, then regs[31], sp, pc.
 		Name:   "__kernel_rt_sigreturn",
-		Code:   le32(0xd2801168, 0xd4000001),
+		Code:   []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}, // mov x8, #139; svc #0
 		Regs:   128 + 176 + 8,
-		Slots:  append(slots(0, 31, 0), Slot{a64SP, 31 * 8}),
+		Slots:  []Slot{{0, 0}, {1, 8}, {2, 16}, {3, 24}, {4, 32}, {5, 40}, {6, 48}, {7, 56}, {8, 64}, {9, 72}, {10, 80}, {11, 88}, {12, 96}, {13, 104}, {14, 112}, {15, 120}, {16, 128}, {17, 136}, {18, 144}, {19, 152}, {20, 160}, {21, 168}, {22, 176}, {23, 184}, {24, 192}, {25, 200}, {26, 208}, {27, 216}, {28, 224}, {29, 232}, {30, 240}, {31, 248}}, // x0–x30, then sp
 		PCSlot: 32 * 8,
 	}},
 	PACStrip: true,
-}
-
-func seq(from, n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = from + i
-	}
-	return s
-}
-
-// slots returns n consecutive pointer-sized slots for DWARF registers
-// first, first+1, … starting at offset off.
-func slots(first, n int, off int64) []Slot {
-	s := make([]Slot, n)
-	for i := range s {
-		s[i] = Slot{first + i, off + int64(i)*8}
-	}
-	return s
-}
-
-func le32(words ...uint32) []byte {
-	b := make([]byte, 0, 4*len(words))
-	for _, w := range words {
-		b = binary.LittleEndian.AppendUint32(b, w)
-	}
-	return b
 }

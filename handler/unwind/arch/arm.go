@@ -24,26 +24,9 @@ const (
 	armRegs   = 20 + 12
 )
 
-func armSigreturn(name string, code []byte, base int64) Sigreturn {
-	return Sigreturn{Name: name, Code: code, Regs: base, Slots: slots4(0, 16), PCSlot: 15 * 4, CPSRSlot: 16 * 4}
-}
-
-// slots4 is slots for 4-byte registers.
-func slots4(first, n int) []Slot {
-	s := make([]Slot, n)
-	for i := range s {
-		s[i] = Slot{first + i, int64(i) * 4}
-	}
-	return s
-}
-
-func le16(hw ...uint16) []byte {
-	b := make([]byte, 0, 2*len(hw))
-	for _, h := range hw {
-		b = binary.LittleEndian.AppendUint16(b, h)
-	}
-	return b
-}
+// armSlots maps r0–r15 to their places in struct sigcontext's
+// register block.
+var armSlots = []Slot{{0, 0}, {1, 4}, {2, 8}, {3, 12}, {4, 16}, {5, 20}, {6, 24}, {7, 28}, {8, 32}, {9, 36}, {10, 40}, {11, 44}, {12, 48}, {13, 52}, {14, 56}, {15, 60}}
 
 // ARM is 32-bit ARM (ARM and Thumb state).
 var ARM = &Arch{
@@ -57,7 +40,7 @@ var ARM = &Arch{
 	LR:      armLR,
 	RA:      armLR,
 	// struct pt_regs: r0–r15, cpsr, orig_r0.
-	PRStatus:    seq(0, 16),
+	PRStatus:    []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
 	PRStatusPC:  armPC,
 	PRStatusMin: 17,
 	// GCC's A32 -fno-omit-frame-pointer frame: push {fp, lr}; add fp, sp,
@@ -84,14 +67,14 @@ var ARM = &Arch{
 	// install (mov r7, #nr; svc 0). musl's carry no unwind information:
 	// matching the bytes is the only way across them.
 	Sigreturns: []Sigreturn{
-		armSigreturn("sigpage rt_sigreturn (ARM)", le32(0xe3a070ad, 0xef9000ad), armRTRegs),
-		armSigreturn("sigpage rt_sigreturn (Thumb)", le16(0x27ad, 0xdf00), armRTRegs),
-		armSigreturn("sigpage sigreturn (ARM)", le32(0xe3a07077, 0xef900077), armRegs),
-		armSigreturn("sigpage sigreturn (Thumb)", le16(0x2777, 0xdf00), armRegs),
-		armSigreturn("libc rt_sigreturn (ARM)", le32(0xe3a070ad, 0xef000000), armRTRegs),
+		{Name: "sigpage rt_sigreturn (ARM)", Code: []byte{0xad, 0x70, 0xa0, 0xe3, 0xad, 0x00, 0x90, 0xef}, Regs: armRTRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "sigpage rt_sigreturn (Thumb)", Code: []byte{0xad, 0x27, 0x00, 0xdf}, Regs: armRTRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "sigpage sigreturn (ARM)", Code: []byte{0x77, 0x70, 0xa0, 0xe3, 0x77, 0x00, 0x90, 0xef}, Regs: armRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "sigpage sigreturn (Thumb)", Code: []byte{0x77, 0x27, 0x00, 0xdf}, Regs: armRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "libc rt_sigreturn (ARM)", Code: []byte{0xad, 0x70, 0xa0, 0xe3, 0x00, 0x00, 0x00, 0xef}, Regs: armRTRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
 		// glibc armhf is Thumb-2: mov.w r7, #173; svc 0.
-		armSigreturn("libc rt_sigreturn (Thumb-2)", le16(0xf04f, 0x07ad, 0xdf00), armRTRegs),
-		armSigreturn("libc sigreturn (Thumb-2)", le16(0xf04f, 0x0777, 0xdf00), armRegs),
-		armSigreturn("libc sigreturn (ARM)", le32(0xe3a07077, 0xef000000), armRegs),
+		{Name: "libc rt_sigreturn (Thumb-2)", Code: []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}, Regs: armRTRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "libc sigreturn (Thumb-2)", Code: []byte{0x4f, 0xf0, 0x77, 0x07, 0x00, 0xdf}, Regs: armRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
+		{Name: "libc sigreturn (ARM)", Code: []byte{0x77, 0x70, 0xa0, 0xe3, 0x00, 0x00, 0x00, 0xef}, Regs: armRegs, Slots: armSlots, PCSlot: 15 * 4, CPSRSlot: 16 * 4},
 	},
 }

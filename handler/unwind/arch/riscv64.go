@@ -27,7 +27,7 @@ var RISCV64 = &Arch{
 	LR:      rvRA,
 	RA:      rvRA,
 	// struct user_regs_struct: pc, then x1–x31.
-	PRStatus:     append([]int{-1}, seq(1, 31)...),
+	PRStatus:     []int{-1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31},
 	PRStatusCPSR: -1,
 	PRStatusPC:   0,
 	PRStatusMin:  32,
@@ -52,9 +52,9 @@ var RISCV64 = &Arch{
 		// rt_sigframe: siginfo (128), then ucontext with uc_mcontext at 176;
 		// sc_regs is struct user_regs_struct: pc, x1–x31.
 		Name:   "__vdso_rt_sigreturn",
-		Code:   le32(0x08b00893, 0x00000073),
+		Code:   []byte{0x93, 0x08, 0xb0, 0x08, 0x73, 0x00, 0x00, 0x00}, // li a7, 139; ecall
 		Regs:   128 + 176,
-		Slots:  slots(1, 31, 8),
+		Slots:  []Slot{{1, 8}, {2, 16}, {3, 24}, {4, 32}, {5, 40}, {6, 48}, {7, 56}, {8, 64}, {9, 72}, {10, 80}, {11, 88}, {12, 96}, {13, 104}, {14, 112}, {15, 120}, {16, 128}, {17, 136}, {18, 144}, {19, 152}, {20, 160}, {21, 168}, {22, 176}, {23, 184}, {24, 192}, {25, 200}, {26, 208}, {27, 216}, {28, 224}, {29, 232}, {30, 240}, {31, 248}},
 		PCSlot: 0,
 	}},
 }
