@@ -209,7 +209,7 @@ func Load(path string) (*Config, error) {
 	var big error
 	if len(text) > MaxSize {
 		text = text[:bytes.LastIndexByte(text[:MaxSize], '\n')+1]
-		big = &Error{Path: path, Line: bytes.Count(text, []byte("\n")) + 1,
+		big = &Error{Path: path, Line: strings.Count(string(text), "\n") + 1,
 			Msg: fmt.Sprintf("file larger than %d bytes: this line and the rest are ignored", MaxSize)}
 	}
 	c, err := Parse(path, text)

@@ -9,7 +9,7 @@
 package regular
 
 import (
-	"fmt"
+	"errors"
 	"io"
 	"os"
 
@@ -19,17 +19,6 @@ import (
 // Flags are the open(2) flags Open uses, for callers that resolve paths
 // themselves (openat2 under a root).
 const Flags = unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
-
-// NotRegularError is returned for a path that names anything but a
-// regular file.
-type NotRegularError struct {
-	Path string
-	Mode os.FileMode
-}
-
-func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s: not a regular file (%s)", e.Path, kind(e.Mode))
-}
 
 func kind(m os.FileMode) string {
 	switch {
@@ -48,8 +37,8 @@ func kind(m os.FileMode) string {
 }
 
 // Open opens path for reading without blocking and returns it only if it
-// is a regular file. Errors are *os.PathError (errors.Is(err,
-// os.ErrNotExist) holds for a missing file) or *NotRegularError.
+// is a regular file. An error from open(2) is an *os.PathError
+// (errors.Is(err, os.ErrNotExist) holds for a missing file).
 func Open(path string) (*os.File, error) {
 	fd, err := unix.Open(path, Flags, 0)
 	if err != nil {
@@ -68,7 +57,7 @@ func Check(f *os.File) (*os.File, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, &NotRegularError{Path: f.Name(), Mode: st.Mode()}
+		return nil, errors.New(f.Name() + ": not a regular file (" + kind(st.Mode()) + ")")
 	}
 	return f, nil
 }
