@@ -12,10 +12,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/unwound-dev/unwound/internal/regular"
 )
 
 // DefaultPath is where packages install the config.
@@ -194,88 +196,81 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Load reads and checks the file at path. It fails on unknown keys, values
-// of the wrong type and values out of range, naming key and line.
+// Load reads and checks the file at path. A file that cannot be read is
+// (nil, the error). Otherwise Load returns what Parse returns: the config
+// with every good key, and an error naming the key and line of each bad
+// one. Only the first MaxSize bytes are read, up to their last full line:
+// a larger file is an error, but the keys in those bytes count.
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	text, err := regular.ReadFile(path, MaxSize)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1)); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	var big error
+	if len(text) > MaxSize {
+		text = text[:bytes.LastIndexByte(text[:MaxSize], '\n')+1]
+		big = &Error{Path: path, Line: strings.Count(string(text), "\n") + 1,
+			Msg: fmt.Sprintf("file larger than %d bytes: this line and the rest are ignored", MaxSize)}
 	}
-	if buf.Len() > MaxSize {
-		return nil, &Error{Path: path, Msg: fmt.Sprintf("larger than %d bytes", MaxSize)}
-	}
-	return Parse(path, buf.Bytes())
+	c, err := Parse(path, text)
+	return c, errors.Join(err, big)
 }
 
-// Parse checks and decodes config text; name is used in errors.
+// Parse checks and decodes config text; name is used in errors. It always
+// returns a config: the defaults, overridden by every key that is fine on
+// its own (see parseTOML for what a bad line costs). The error names the
+// key and line of each key left out: unknown, of the wrong type, out of
+// range, or on a line that is not TOML.
 func Parse(name string, text []byte) (*Config, error) {
-	entries, err := parseTOML(text)
-	if err != nil {
-		err.(*Error).Path = name
-		return nil, err
-	}
+	entries, bad := parseTOML(text)
 	c := Default()
-	lines := map[string]int{}
-	var errs []error
-	for _, e := range entries {
-		lines[e.name()] = e.line
-		if err := c.set(e); err != nil {
-			errs = append(errs, &Error{Path: name, Line: e.line, Key: e.name(), Msg: err.Error()})
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	for _, p := range c.check() {
-		errs = append(errs, &Error{Path: name, Line: lines[p.key], Key: p.key, Msg: p.msg})
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
-}
-
-// LoadOrDefault never fails: a missing file means the defaults; a broken
-// one means the defaults plus the error, which the caller logs and puts in
-// the report. A crash is never lost to a config typo.
-func LoadOrDefault(path string) (*Config, error) {
-	c, err := Load(path)
-	if err == nil {
-		return c, nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return Default(), nil
-	}
-	text, rerr := os.ReadFile(path)
-	if rerr != nil || len(text) > MaxSize {
-		return Default(), fmt.Errorf("config unusable, using defaults: %w", err)
-	}
-	return Salvage(text), fmt.Errorf("config has errors, using defaults for the keys in error: %w", err)
-}
-
-// Salvage keeps every key of a broken config that is fine on its own and
-// uses the default for the others: a typo in one key must not send reports
-// to the default queue directory, or drop the device id. Text that is not
-// TOML at all gives the defaults.
-func Salvage(text []byte) *Config {
-	c := Default()
-	entries, err := parseTOML(text)
-	if err != nil {
-		return c
-	}
-	base := len(c.check())
 	for _, e := range entries {
 		trial := *c
-		if trial.set(e) != nil || len(trial.check()) > base {
+		if err := trial.set(e); err != nil {
+			bad = append(bad, &Error{Line: e.line, Key: e.name(), Msg: err.Error()})
+			continue
+		}
+		// The defaults pass every check, so any problem is this key's.
+		if ps := trial.check(); len(ps) > 0 {
+			for _, p := range ps {
+				bad = append(bad, &Error{Line: e.line, Key: p.key, Msg: p.msg})
+			}
 			continue
 		}
 		*c = trial
 	}
+	sort.SliceStable(bad, func(i, j int) bool { return bad[i].Line < bad[j].Line })
+	errs := make([]error, len(bad))
+	for i, e := range bad {
+		e.Path = name
+		errs[i] = e
+	}
+	return c, errors.Join(errs...)
+}
+
+// LoadOrDefault never fails: a missing file means the defaults; a file
+// that cannot be read means the defaults and the error; a broken one
+// means every good key, the defaults for the others, and the errors. The
+// caller logs the error and puts it in the report. A crash is never lost
+// to a config typo.
+func LoadOrDefault(path string) (*Config, error) {
+	c, err := Load(path)
+	switch {
+	case err == nil:
+		return c, nil
+	case c == nil && errors.Is(err, os.ErrNotExist):
+		return Default(), nil
+	case c == nil:
+		return Default(), fmt.Errorf("config unreadable, using the defaults: %w", err)
+	}
+	return c, fmt.Errorf("config has errors, using the defaults for the keys in error: %w", err)
+}
+
+// Salvage keeps every key of a broken config that is fine on its own and
+// uses the default for the others: a typo in one key must not send reports
+// to the default queue directory, or drop the device id.
+func Salvage(text []byte) *Config {
+	c, _ := Parse("", text)
 	return c
 }
 
@@ -347,7 +342,7 @@ func (c *Config) DeviceID() string {
 	if c.Device.ID != "" {
 		return c.Device.ID
 	}
-	mid, err := os.ReadFile("/etc/machine-id")
+	mid, err := regular.ReadFile("/etc/machine-id", 4096)
 	if err != nil {
 		return ""
 	}

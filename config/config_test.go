@@ -91,10 +91,13 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[handler]\nmax_frames = 3\n"))
 	f.Add([]byte("[[queue]]\n"))
 	f.Add([]byte("a = [1, [2, [3]]]\n"))
+	f.Add([]byte("\ufeff[queue]\ndir = \"/q\"\n"))
+	f.Add([]byte("[queue]\nx = [\n1,\n]\ndir = \"/q\"\n[queue]\ndir = \"/r\"\n"))
+	f.Add([]byte("[device]\nid = \"\"\"\na\n\"\"\"\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := Parse("fuzz", b)
-		if err == nil && len(c.check()) != 0 {
-			t.Fatal("accepted a config that fails its checks")
+		c, _ := Parse("fuzz", b)
+		if c == nil || len(c.check()) != 0 {
+			t.Fatalf("salvaged a config that fails its checks: %+v", c)
 		}
 	})
 }

@@ -35,57 +35,65 @@ func (e entry) name() string {
 	return e.table + "." + e.key
 }
 
-// parseTOML splits text into entries. A syntax error is an *Error with the
-// line; path is filled in by the caller.
-func parseTOML(text []byte) ([]entry, error) {
+// bom is the UTF-8 byte order mark some editors write first. TOML readers
+// (BurntSushi/toml among them) skip it, and so does this one.
+const bom = "\ufeff"
+
+// parseTOML splits text into entries and goes on past bad lines: each is
+// an *Error with its line, and its key when it has one (path is filled in
+// by the caller), and costs only what it holds:
+//   - a bad `key = value` line costs that key; a multi-line string or
+//     array (outside the subset) costs its key and the lines it spans;
+//   - a key set twice keeps its first value;
+//   - a bad table header costs the keys under it, up to the next header;
+//   - a table defined twice is an error, but its keys are read: they
+//     still say which table they belong to.
+//
+// The entries are what a TOML reader makes of the file with the bad lines
+// deleted (but the keys of a table defined twice).
+func parseTOML(text []byte) ([]entry, []*Error) {
 	var out []entry
-	seen := map[string]bool{}
-	tables := map[string]bool{}
-	table := ""
-	lines := strings.Split(string(text), "\n")
-	for n, line := range lines {
+	var errs []*Error
+	seen := map[string]int{}   // "table.key": line
+	tables := map[string]int{} // table: line of its header
+	table, broken := "", 0     // broken: line of the bad header the keys are under
+	lines := strings.Split(strings.TrimPrefix(string(text), bom), "\n")
+	for n := 0; n < len(lines); n++ {
 		ln := n + 1
+		line := lines[n]
 		if n < len(lines)-1 {
 			line = strings.TrimSuffix(line, "\r") // CRLF; a lone CR is a control character
 		}
-		bad := func(format string, a ...any) error {
-			return &Error{Line: ln, Msg: fmt.Sprintf(format, a...)}
+		s := strings.TrimLeft(line, " \t")
+		bad := func(key, format string, a ...any) {
+			errs = append(errs, &Error{Line: ln, Key: key, Msg: fmt.Sprintf(format, a...)})
 		}
 		if !utf8.ValidString(line) {
-			return nil, bad("not UTF-8")
+			bad(keyOf(table, s), "not UTF-8")
+			continue
 		}
-		s := strings.TrimLeft(line, " \t")
 		// TOML allows no raw control character but tab, anywhere, comments
 		// and strings included (CR only as part of CRLF).
 		if i := strings.IndexFunc(s, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f) }); i >= 0 {
-			return nil, bad("control character %U (write it escaped in a string)", s[i])
+			bad(keyOf(table, s), "control character %U (write it escaped in a string)", s[i])
+			continue
 		}
 		if s == "" || s[0] == '#' {
 			continue
 		}
 		if s[0] == '[' {
-			if strings.HasPrefix(s, "[[") {
-				return nil, bad("arrays of tables are not supported by unwound's config reader")
-			}
-			end := strings.IndexByte(s, ']')
-			if end < 0 {
-				return nil, bad("table header without ]")
-			}
-			name, rest, err := parseKey(strings.TrimSpace(s[1:end]))
+			name, err := parseHeader(s)
 			if err != nil {
-				return nil, bad("table header: %v", err)
+				bad("", "%v; the keys under it are ignored", err)
+				table, broken = "", ln
+				continue
 			}
-			if strings.TrimSpace(rest) != "" {
-				return nil, bad("dotted table names are not supported by unwound's config reader")
+			table, broken = name, 0
+			if first, dup := tables[name]; dup {
+				bad("["+name+"]", "table defined twice (first at line %d); its keys are read as the first's", first)
+				continue
 			}
-			if err := endOfLine(s[end+1:]); err != nil {
-				return nil, bad("after table header: %v", err)
-			}
-			if tables[name] {
-				return nil, bad("table [%s] defined twice", name)
-			}
-			tables[name] = true
-			table = name
+			tables[name] = ln
 			// The header itself is an entry (no key), so that an unknown
 			// table is an error even when it holds no keys.
 			out = append(out, entry{table: name, line: ln})
@@ -93,30 +101,139 @@ func parseTOML(text []byte) ([]entry, error) {
 		}
 		key, rest, err := parseKey(s)
 		if err != nil {
-			return nil, bad("%v", err)
+			bad("", "%v", err)
+			continue
 		}
+		name := table + "." + key
 		rest = strings.TrimLeft(rest, " \t")
 		if strings.HasPrefix(rest, ".") {
-			return nil, bad("dotted keys are not supported by unwound's config reader")
+			bad(name, "dotted keys are not supported by unwound's config reader")
+			continue
 		}
 		if !strings.HasPrefix(rest, "=") {
-			return nil, bad("want key = value")
+			bad(name, "want key = value")
+			continue
 		}
-		val, rest, err := parseValue(strings.TrimLeft(rest[1:], " \t"))
+		v := strings.TrimLeft(rest[1:], " \t")
+		if broken > 0 {
+			bad("?."+key, "under the bad table header of line %d: ignored", broken)
+			n = valueEnd(lines, n, v)
+			continue
+		}
+		val, rest, err := parseValue(v)
 		if err != nil {
-			return nil, &Error{Line: ln, Key: table + "." + key, Msg: err.Error()}
+			bad(name, "%v", err)
+			n = valueEnd(lines, n, v)
+			continue
 		}
 		if err := endOfLine(rest); err != nil {
-			return nil, &Error{Line: ln, Key: table + "." + key, Msg: "after value: " + err.Error()}
+			bad(name, "after value: %v", err)
+			continue
 		}
-		e := entry{table: table, key: key, line: ln, val: val}
-		if seen[e.name()] {
-			return nil, &Error{Line: ln, Key: e.name(), Msg: "set twice"}
+		if first, dup := seen[name]; dup {
+			bad(name, "set twice (first at line %d, which is kept)", first)
+			continue
 		}
-		seen[e.name()] = true
-		out = append(out, e)
+		seen[name] = ln
+		out = append(out, entry{table: table, key: key, line: ln, val: val})
 	}
-	return out, nil
+	return out, errs
+}
+
+// parseHeader reads a [table] header line.
+func parseHeader(s string) (string, error) {
+	switch {
+	case !strings.HasPrefix(s, "["):
+		return "", fmt.Errorf("not a table header")
+	case strings.HasPrefix(s, "[["):
+		return "", fmt.Errorf("arrays of tables are not supported by unwound's config reader")
+	}
+	end := strings.IndexByte(s, ']')
+	if end < 0 {
+		return "", fmt.Errorf("table header without ]")
+	}
+	name, rest, err := parseKey(strings.TrimSpace(s[1:end]))
+	if err != nil {
+		return "", fmt.Errorf("table header: %v", err)
+	}
+	if strings.TrimSpace(rest) != "" {
+		return "", fmt.Errorf("dotted table names are not supported by unwound's config reader")
+	}
+	if err := endOfLine(s[end+1:]); err != nil {
+		return "", fmt.Errorf("after table header: %v", err)
+	}
+	return name, nil
+}
+
+// keyOf names the key that a line which cannot be read sets, when it can
+// tell.
+func keyOf(table, s string) string {
+	key, rest, err := parseKey(s)
+	if err != nil || !strings.HasPrefix(strings.TrimLeft(rest, " \t"), "=") || !utf8.ValidString(key) {
+		return ""
+	}
+	return table + "." + key
+}
+
+// valueEnd is the index of the last line of a value that starts with v on
+// line n and may span lines: a multi-line string or array. A value never
+// closed ends on its own line, and an array also ends before a line that
+// reads as `key =` or as a table header: a missing ] must not swallow the
+// rest of the file.
+func valueEnd(lines []string, n int, v string) int {
+	if strings.HasPrefix(v, `"""`) || strings.HasPrefix(v, "'''") {
+		delim, rest := v[:3], v[3:]
+		for i := n; i < len(lines); i++ {
+			if i > n {
+				rest = lines[i]
+			}
+			if strings.Contains(rest, delim) {
+				return i
+			}
+		}
+		return n
+	}
+	if !strings.HasPrefix(v, "[") {
+		return n
+	}
+	depth := 0
+	rest := v
+	for i := n; i < len(lines); i++ {
+		if i > n {
+			rest = lines[i]
+			s := strings.TrimLeft(rest, " \t")
+			if keyOf("", s) != "" {
+				return i - 1
+			}
+			if _, err := parseHeader(s); err == nil {
+				return i - 1
+			}
+		}
+		var quote byte
+	scan:
+		for j := 0; j < len(rest); j++ {
+			c := rest[j]
+			switch {
+			case quote != 0:
+				if c == '\\' && quote == '"' {
+					j++
+				} else if c == quote {
+					quote = 0
+				}
+			case c == '"' || c == '\'':
+				quote = c
+			case c == '#':
+				break scan
+			case c == '[':
+				depth++
+			case c == ']':
+				if depth--; depth == 0 {
+					return i
+				}
+			}
+		}
+	}
+	return n
 }
 
 // parseKey reads a bare or quoted key at the start of s.

@@ -59,7 +59,7 @@ func TestTOMLSubsetRefuses(t *testing.T) {
 		{"[device]\nid = \"\\q\"\n", "bad escape"},
 		{"[device]\nid = \"a\" b\n", "after value"},
 		{"[device]\nid = \"a\"\nid = \"b\"\n", "x:3: device.id: set twice"},
-		{"[device]\n[device]\n", "x:2: table [device] defined twice"},
+		{"[device]\n[device]\n", "x:2: [device]: table defined twice (first at line 1)"},
 		{"[[queue]]\n", "x:1: arrays of tables"},
 		{"[a.b]\n", "dotted table names"},
 		{"[handler]\nlive.x = true\n", "dotted keys"},
@@ -69,10 +69,10 @@ func TestTOMLSubsetRefuses(t *testing.T) {
 		{"max_frames = 3\n", "x:1: .max_frames: unknown key"},
 		{"[handlr]\n", "x:1: [handlr]: unknown table"},
 		{"#\x00\n", "x:1: control character U+0000"},
-		{"[device]\nid = \"a\x01\"\n", "x:2: control character U+0001"},
+		{"[device]\nid = \"a\x01\"\n", "x:2: device.id: control character U+0001"},
 		{"[device]\r\r\n", "x:1: control character U+000D"},
 		{"[0]\n", "x:1: [0]: unknown table"},
-		{"[device]\nid = \"\xff\"\n", "x:2: not UTF-8"},
+		{"[device]\nid = \"\xff\"\n", "x:2: device.id: not UTF-8"},
 	} {
 		_, err := Parse("x", []byte(tc.text))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -88,6 +88,12 @@ func FuzzTOMLSubset(f *testing.F) {
 	f.Add(shipped)
 	f.Add([]byte("[device]\nid = \"a\\u00e9'\" # c\n[handler]\nmax_frames = 0x1_0\n"))
 	f.Add([]byte("[queue]\ndir = '/x\\y'\nmax_entries = +3\n"))
+	f.Add([]byte("\ufeff[device]\nid = \"x\"\n"))
+	f.Add([]byte("[handler]\nmax_frames = 1.5\n"))
+	f.Add([]byte("[handler]\nmax_frames = -9223372036854775809\n"))
+	f.Add([]byte("[device]\nid = \"\\uD800\"\n"))
+	f.Add([]byte("[handler]\n[handler]\n"))
+	f.Add([]byte("[handler]\nmax_frames = [\n1,\n]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := Parse("fuzz", b)
 		if err != nil {

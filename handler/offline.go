@@ -15,6 +15,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/internal/regular"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/jsonlite"
 )
@@ -31,6 +32,13 @@ type OfflineOptions struct {
 	// Sources are tried before the sysroot for every module (the
 	// install self-test serves its synthetic program from memory).
 	Sources []module.Source
+	// ConfigErr is what loading Config found wrong: it goes into the
+	// report's errors, as in kernel mode.
+	ConfigErr error
+	// LimitMemory applies handler.memory_limit_mib to the process, as
+	// kernel mode does (the command sets it; tests that call Offline in
+	// their own process do not).
+	LimitMemory bool
 }
 
 // Offline builds the report for a core file. A core that cannot be parsed
@@ -41,10 +49,16 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	if cfg == nil {
 		cfg = config.Default()
 	}
+	if o.LimitMemory {
+		limitMemory(cfg.Handler.MemoryLimitMiB, false)
+	}
 	start := time.Now()
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	module.SetIODeadline(deadline)
 	c := newCrash(cfg, o.Log, start)
+	if o.ConfigErr != nil {
+		c.errs = append(c.errs, o.ConfigErr.Error())
+	}
 	if o.Sysroot == "" {
 		o.Sysroot = "/"
 	}
@@ -69,7 +83,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		stream.Deadline = deadline
 		c.collect(stream)
 	} else {
-		f, err := os.Open(o.CoreFile)
+		f, err := regular.Open(o.CoreFile) // a FIFO: use --core-file - instead
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,7 @@
 // bounded quarantine. Names are FAT-safe and ordered by a sequence number, never by
 // wall-clock time (boards without an RTC start in 1970): see Name. The
 // lock (flock on ".lock") is held only to pick the number, evict and rename
-// (and, shared, for the instant a temp file is created and locked).
+// (and, shared, while a temp file is created, written and fsynced).
 package queue
 
 import (
@@ -200,7 +200,15 @@ func (q *Queue) Remove(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	err := os.Remove(filepath.Join(q.dir, name))
+	// Under the lock: on FAT an unlink frees the file's clusters in the
+	// allocation table, and a writer's fsync would write that to the disk
+	// before the directory says the file is gone (see writeTemp).
+	unlock, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	err = os.Remove(filepath.Join(q.dir, name))
 	if err == nil {
 		syncDir(q.dir)
 	}
@@ -229,8 +237,17 @@ func (q *Queue) Put(data []byte, bootID string) (PutResult, error) {
 // clean, so retrying fsync on the same file would "succeed" with the data
 // gone). On any error nothing of this entry is left in the directory.
 func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, error) {
-	var res PutResult
 	boot := bootTag(bootID)
+	return q.put(data, boot, boot, crashTime, true)
+}
+
+// put is PutAt with boot tags: boot, this boot's, for the temp (so that
+// no one takes it for a leftover), entryBoot for the name (Recover keeps
+// the tag of the boot a leftover was written in). reap removes this
+// boot's leftover temps under the lock (Recover, which promotes them, does
+// that itself afterwards).
+func (q *Queue) put(data []byte, boot, entryBoot string, crashTime int64, reap bool) (PutResult, error) {
+	var res PutResult
 	tmp, err := q.writeTemp(data, boot)
 	if err != nil {
 		tmp, err = q.writeTemp(data, boot)
@@ -251,7 +268,9 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 	if err != nil {
 		return res, err
 	}
-	q.removeStaleTemps(boot)
+	if reap {
+		q.removeStaleTemps(boot, false)
+	}
 	var next uint64 = 1
 	if len(es) > 0 {
 		next = es[len(es)-1].Seq + 1
@@ -303,7 +322,7 @@ func (q *Queue) PutAt(data []byte, bootID string, crashTime int64) (PutResult, e
 	if report.TrustedTime(crashTime) {
 		when = crashTime
 	}
-	name := Name{Seq: next, Boot: boot, Time: when}.String()
+	name := Name{Seq: next, Boot: entryBoot, Time: when}.String()
 	if err := os.Rename(tmp.Name(), filepath.Join(q.dir, name)); err != nil {
 		return res, fmt.Errorf("queue: %w", err)
 	}
@@ -347,21 +366,21 @@ func (q *Queue) expire(es []Entry) (kept []Entry, expired []string) {
 
 // writeTemp writes data into a new temp file and fsyncs it. The file is
 // returned open, holding a flock that tells removeStaleTemps its writer is
-// alive. The temp is created and flocked under the queue lock taken
-// shared, so a reaper (which holds it exclusive) never sees it unlocked;
-// the write and fsync happen outside any queue lock.
+// alive. It all happens under the queue lock taken shared: a reaper
+// (which holds it exclusive) never sees the temp unlocked, and the fsync,
+// which on FAT writes the whole allocation table, never comes between an
+// unlink and the directory fsync that follows it (see Put and Remove).
 func (q *Queue) writeTemp(data []byte, boot string) (*os.File, error) {
 	unlock, err := q.lockHow(unix.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	f, err := os.CreateTemp(q.dir, tmpPrefix+boot+"-*")
 	if err != nil {
-		unlock()
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	unlock()
 	name := f.Name()
 	if err == nil {
 		_, err = f.Write(data)

@@ -194,3 +194,67 @@ func assertNoTemps(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestRecoverPromotesWholeLeftovers: a leftover temp or stray file that
+// holds a whole report (a cut after its fsync: on FAT, fsck may have kept
+// it and truncated the entry it was being renamed to) is stored again as
+// a new entry, then removed; torn ones are only removed, a live writer's
+// temp is left alone, an empty stray (what fsck left of an entry) goes.
+func TestRecoverPromotesWholeLeftovers(t *testing.T) {
+	q := open(t, Options{MaxEntries: 3})
+	const boot = "feedf00d-0000"
+	dir := q.Dir()
+	q.Put(entry(t, "old"), boot)
+	truncated, _ := q.Put(nil, boot) // what fsck leaves of an entry that lost
+	os.WriteFile(filepath.Join(dir, ".tmp-12345678-1"), entry(t, "whole, earlier boot"), 0o600)
+	os.WriteFile(filepath.Join(dir, ".tmp-12345678-2"), entry(t, "torn")[:9], 0o600)
+	os.WriteFile(filepath.Join(dir, "00DD5D~7.ZST"), entry(t, "whole, lost its long name"), 0o600)
+	os.WriteFile(filepath.Join(dir, "00DE6D~7.ZST"), nil, 0o600)
+	os.WriteFile(filepath.Join(dir, ".tmp-feedf00d-3"), entry(t, "being written"), 0o600)
+	live, _ := os.Open(filepath.Join(dir, ".tmp-feedf00d-3"))
+	defer live.Close()
+	if err := unix.Flock(int(live.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	// A handler stores a crash before the uploader starts: it leaves the
+	// earlier boot's temps to Recover, which can tell a whole report.
+	q.Put(entry(t, "crash at boot"), boot)
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-12345678-1")); err != nil {
+		t.Fatal("Put removed an earlier boot's temp")
+	}
+	r, err := q.Recover(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(r.Promoted) != "[[.tmp-12345678-1 0000000004-12345678.json.zst] [00DD5D~7.ZST 0000000005-feedf00d.json.zst]]" {
+		t.Errorf("promoted %v", r.Promoted)
+	}
+	if strings.Join(r.TempsRemoved, " ") != ".tmp-12345678-1 .tmp-12345678-2" {
+		t.Errorf("removed %v", r.TempsRemoved)
+	}
+	if len(r.Quarantined) != 1 || r.Quarantined[0].Name != truncated.Name {
+		t.Errorf("quarantined %+v", r.Quarantined)
+	}
+	var names []string
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	// The corrupt entry went to the quarantine first; the promotions then
+	// evicted the oldest entry to stay within max_entries = 3.
+	if want := ".lock .tmp-feedf00d-3 0000000003-feedf00d.json.zst 0000000004-12345678.json.zst 0000000005-feedf00d.json.zst quarantine"; strings.Join(names, " ") != want {
+		t.Errorf("queue holds %q, want %q", names, want)
+	}
+	for name, want := range map[string]string{"0000000004-12345678.json.zst": "whole, earlier boot", "0000000005-feedf00d.json.zst": "whole, lost its long name"} {
+		b, err := q.Read(name)
+		if err == nil {
+			b, err = decode.JSON(b)
+		}
+		if err != nil || !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s: %q, %v", name, b, err)
+		}
+	}
+	if r.Entries != 3 {
+		t.Errorf("%d entries, want 3", r.Entries)
+	}
+}

@@ -143,12 +143,12 @@ func run() int {
 
 func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
 	lg := handler.NewLogger(os.Stderr)
-	cfg, err := config.LoadOrDefault(cfgPath)
-	if err != nil {
-		lg.Warnf("%v", err)
+	cfg, cfgErr := config.LoadOrDefault(cfgPath)
+	if cfgErr != nil {
+		lg.Warnf("%v", cfgErr)
 	}
 	r, err := handler.Offline(handler.OfflineOptions{
-		CoreFile: core, Exe: exe, Sysroot: sysroot, Config: cfg, Log: lg, Stdin: os.Stdin,
+		CoreFile: core, Exe: exe, Sysroot: sysroot, Config: cfg, ConfigErr: cfgErr, LimitMemory: true, Log: lg, Stdin: os.Stdin,
 	})
 	if err != nil {
 		lg.Errorf("%v", err)

@@ -77,6 +77,26 @@ func logDrift(cfgPath string, cfg *config.Config) {
 	}
 }
 
+// checkConfig is --check-config: every bad key with its line on stderr,
+// status 1 if there is any. A missing file is fine (the defaults), one
+// that cannot be read is not.
+func checkConfig(path string) int {
+	_, err := config.Load(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		fmt.Printf("%s: none, the defaults apply\n", path)
+		return 0
+	case err != nil:
+		for _, l := range strings.Split(err.Error(), "\n") {
+			log.Print(l)
+		}
+		log.Printf("%s: the keys above are ignored; the handler and the uploader use their defaults", path)
+		return 1
+	}
+	fmt.Printf("%s: OK\n", path)
+	return 0
+}
+
 // procSys is where logDrift reads the kernel's settings ("": /proc/sys;
 // tests point it at a fake).
 var procSys = ""
@@ -94,6 +114,7 @@ func run(args []string) int {
 	tries := fs.Int("tries", 3, "with --once: attempts before giving up")
 	backoff := fs.Duration("backoff", time.Second, "first wait after a failed attempt; it doubles (with jitter) up to upload.interval, at most 10m")
 	showVersion := fs.Bool("version", false, "print the version")
+	checkOnly := fs.Bool("check-config", false, "check the config file, print each bad key with its line, and exit: status 1 if any (for a package's postinst, or CI)")
 	fs.Usage = usage(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,6 +125,9 @@ func run(args []string) int {
 	if *showVersion {
 		fmt.Println("unwound-uploader", version.Version)
 		return 0
+	}
+	if *checkOnly {
+		return checkConfig(*cfgPath)
 	}
 	cfg, err := config.LoadOrDefault(*cfgPath)
 	if err != nil {
@@ -284,13 +308,17 @@ func dump(q *queue.Queue, args []string) int {
 	return 0
 }
 
-// recoverQueue removes the temp files a dead handler left and moves
-// entries that fail validation to the quarantine, saying so.
+// recoverQueue stores again the whole reports left in leftover files,
+// removes the temp files a dead handler left and moves entries that fail
+// validation to the quarantine, saying so.
 func recoverQueue(q *queue.Queue) {
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	r, err := q.Recover(strings.TrimSpace(string(boot)))
 	if err != nil {
 		log.Printf("queue recovery: %v", err)
+	}
+	for _, p := range r.Promoted {
+		log.Printf("queue: %s, left by a cut store, held a whole report: stored again as %s", p[0], p[1])
 	}
 	for _, t := range r.TempsRemoved {
 		log.Printf("queue: removed the leftover temp file %s", t)

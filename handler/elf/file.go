@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/unwound-dev/unwound/internal/regular"
 )
 
 // Limits on what a file may make NewFile allocate beyond its size: real
@@ -108,9 +109,11 @@ func (c Class) sizes() (eh, ph, sh int) {
 	return 52, 32, 40
 }
 
-// Open opens the named file and reads its headers.
+// Open opens the named file and reads its headers. Only a regular file
+// is opened, and without blocking: a name from a command line, a sysroot
+// or a crashed process's memory may be a FIFO that no one ever writes.
 func Open(name string) (*File, error) {
-	fd, err := os.Open(name)
+	fd, err := regular.Open(name)
 	if err != nil {
 		return nil, err
 	}

@@ -271,9 +271,17 @@ func TestInstallUsage(t *testing.T) {
 	if out, err := run(t, root, "install", "--root", root); err != nil {
 		t.Errorf("install beside the kernel default and a package's identical line: %v\n%s", err, out)
 	}
-	writeFile(t, root, "etc/unwound/unwound.toml", "[queue]\nmax_entries = 0\n")
-	if out, err := run(t, root, "install", "--root", root); err == nil || !strings.Contains(out, "queue.max_entries") {
-		t.Errorf("broken configuration: %v %s", err, out)
+	// A broken configuration fails the install, naming each bad key and
+	// its line, so a postinst stops on a typo.
+	writeFile(t, root, "etc/unwound/unwound.toml", "[queue]\nmax_entries = 0\n[handler]\nmax_threads = 1.5\n")
+	out, err := run(t, root, "install", "--root", root)
+	if err == nil {
+		t.Errorf("broken configuration installed:\n%s", out)
+	}
+	for _, want := range []string{"unwound.toml:2: queue.max_entries: 0 out of range", "unwound.toml:4: handler.max_threads: \"1.5\""} {
+		if !strings.Contains(out, want) {
+			t.Errorf("broken configuration: output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/internal/regular"
 )
 
 // Files of a crashed process are hostile in two ways.
@@ -135,28 +137,22 @@ func (b *boundedFile) Close() error {
 // openFile opens p (a path the handler chose, or a /proc magic link) for
 // reading, with a timeout; only regular files are accepted.
 func openFile(p string) (io.ReaderAt, io.Closer, error) {
-	f, err := bounded(func() (*os.File, error) {
-		// O_NONBLOCK: opening a FIFO must not wait for a writer.
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: p, Err: err}
-		}
-		return os.NewFile(uintptr(fd), p), nil
-	})
+	f, err := bounded(func() (*os.File, error) { return regular.Open(p) })
 	if err == ErrTimeout {
 		err = &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	return regular(f)
+	return sized(f)
 }
 
-func regular(f *os.File) (io.ReaderAt, io.Closer, error) {
+// sized wraps a regular file in a boundedFile.
+func sized(f *os.File) (io.ReaderAt, io.Closer, error) {
 	st, err := bounded(f.Stat)
-	if err != nil || !st.Mode().IsRegular() {
+	if err != nil {
 		go f.Close()
-		return nil, nil, fmt.Errorf("%s: not a regular file", f.Name())
+		return nil, nil, err
 	}
 	b := &boundedFile{f: f, size: st.Size()}
 	return b, b, nil
@@ -176,7 +172,7 @@ func openInRoot(root, path string) (io.ReaderAt, io.Closer, error) {
 		if err != nil {
 			return nil, &os.PathError{Op: "open", Path: name, Err: err}
 		}
-		return os.NewFile(uintptr(fd), name), nil
+		return regular.Check(os.NewFile(uintptr(fd), name))
 	})
 	if err == ErrTimeout {
 		err = &os.PathError{Op: "open", Path: name, Err: err}
@@ -184,7 +180,7 @@ func openInRoot(root, path string) (io.ReaderAt, io.Closer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return regular(f)
+	return sized(f)
 }
 
 // useOpenat2 is cleared when the kernel lacks openat2 (and by tests, to
@@ -192,7 +188,7 @@ func openInRoot(root, path string) (io.ReaderAt, io.Closer, error) {
 var useOpenat2 = true
 
 func resolveInRoot(rfd int, path string) (int, error) {
-	const flags = unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	const flags = regular.Flags
 	if useOpenat2 {
 		fd, err := unix.Openat2(rfd, strings.TrimLeft(path, "/"), &unix.OpenHow{
 			Flags:   flags,

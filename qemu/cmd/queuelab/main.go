@@ -199,6 +199,9 @@ func powercut() {
 	for _, t := range rec.TempsRemoved {
 		say("TEMP-REMOVED %s", t)
 	}
+	for _, p := range rec.Promoted {
+		say("PROMOTED %s %s", p[0], p[1])
+	}
 	for _, c := range rec.Quarantined {
 		b, _ := os.ReadFile(filepath.Join(qdir, queue.QuarantineDir, c.Name))
 		head := b
@@ -234,6 +237,7 @@ func powercut() {
 			r := rand.New(rand.NewSource(seed))
 			for i := 0; ; i++ {
 				data := fakeReport(r)
+				say("PUTTING %s", sum(data))
 				res, err := q.Put(data, boot)
 				if err != nil {
 					say("PUT-ERROR %v", err)
