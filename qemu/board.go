@@ -103,8 +103,9 @@ if [ -e "$1" ]; then
 else
 	say "queue drained"
 fi
+say "the handler's kernel log:"
 dmesg | grep unwound-handler
-# Its check of the kernel's settings prints any drift; the queue is empty.
+say "unwound-uploader list (at start it checks the kernel's crash settings; a mismatch would be printed first):"
 unwound-uploader --config "$CONFIG" list
 sync
 echo "UNWOUND-GUEST-DONE rc=$rc"
