@@ -126,10 +126,27 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	work := b.Dir
 	res := &BoardResult{HostRoot: filepath.Join(work, "root"), Unwound: filepath.Join(work, "unwound")}
 	say("kernel: minimal %s Linux from linux-source-6.1 (cached in ~/.cache/unwound; the first build takes a few minutes)", arch)
-	kernel, err := Kernel(arch)
-	if err != nil {
-		return nil, err
+	// The first kernel build takes minutes: the board's files, downloads
+	// and builds are made meanwhile.
+	type built struct {
+		image string
+		err   error
 	}
+	kch := make(chan built, 1)
+	go func() {
+		image, err := Kernel(arch)
+		kch <- built{image, err}
+	}()
+	say("the board's libc: Debian's libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)")
+	type fetched struct {
+		libc *DebianLibc
+		err  error
+	}
+	dch := make(chan fetched, 1)
+	go func() {
+		dl, err := FetchDebianLibc(arch)
+		dch <- fetched{dl, err}
+	}()
 	say("board files: make install INIT=sysvinit (unwound-handler, unwound-uploader, unwound.toml, /etc/sysctl.d/60-unwound.conf, /etc/init.d/unwound), BusyBox init")
 	rootDir := filepath.Join(work, "rootfs")
 	if err := PackagedRoot(arch, rootDir); err != nil {
@@ -156,14 +173,14 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		return nil, fmt.Errorf("go build unwound: %v\n%s", err, out)
 	}
 
-	say("the board's libc: Debian's libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)")
-	dl, err := FetchDebianLibc(arch)
-	if err != nil {
-		what := "Debian's libc6 and libc6-dbg"
-		if errors.Is(err, ErrNoDebianPort) {
-			what = "libc debug files"
+	d := <-dch
+	dl := d.libc
+	if d.err != nil {
+		why := d.err.Error()
+		if np := (*NoDebianPortError)(nil); !errors.As(d.err, &np) {
+			why = "Debian's libc6 and libc6-dbg could not be had: " + why
 		}
-		res.Missing = append(res.Missing, fmt.Sprintf("%s: %v; the board runs the cross toolchain's libc and its frames are named from the library's symbols, without file:line", what, err))
+		res.Missing = append(res.Missing, why+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
 		say("missing: %s", res.Missing[len(res.Missing)-1])
 	}
 
@@ -212,6 +229,11 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		return nil, err
 	}
 
+	k := <-kch
+	if k.err != nil {
+		return nil, k.err
+	}
+	kernel := k.image
 	out := filepath.Join(work, "received")
 	os.MkdirAll(out, 0o755)
 	recvErr := make(chan error, 1)

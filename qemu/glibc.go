@@ -2,7 +2,6 @@ package qemu
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,8 +70,11 @@ type DebianLibc struct {
 	Debug   string // libc6-dbg's usr/lib/debug: a .build-id tree for --debug-dir
 }
 
-// ErrNoDebianPort says that an architecture has no Debian 12 port (riscv64).
-var ErrNoDebianPort = errors.New("not a Debian 12 architecture")
+// NoDebianPortError says that an architecture has no Debian 12 port
+// (riscv64), in qemu/libc/get.sh's words.
+type NoDebianPortError struct{ Msg string }
+
+func (e *NoDebianPortError) Error() string { return e.Msg }
 
 // FetchDebianLibc fetches (or finds in the cache) Debian's libc6 and
 // libc6-dbg for arch. The error says what is missing and why (no network,
@@ -89,10 +91,9 @@ func FetchDebianLibc(arch string) (*DebianLibc, error) {
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
-			return nil, fmt.Errorf("%w: %s", ErrNoDebianPort, msg)
+			return nil, &NoDebianPortError{msg}
 		}
-		msg = tail(msg, 2000)
-		return nil, fmt.Errorf("Debian's libc6 and libc6-dbg for %s: %v\n%s", arch, err, msg)
+		return nil, fmt.Errorf("qemu/libc/get.sh %s: %v: %s", arch, err, reason(msg))
 	}
 	dir := strings.TrimSpace(string(out))
 	ver, _ := os.ReadFile(filepath.Join(dir, "version"))
@@ -134,4 +135,16 @@ func AddDebianGlibc(r *Initramfs, arch string, d *DebianLibc, hostRoot string) e
 	r.Symlink("/lib/"+l.triplet, ".")
 	r.Symlink("/lib64", "lib")
 	return nil
+}
+
+// reason is the line of apt's output that says why it failed: its first
+// error (E:), else its last line.
+func reason(log string) string {
+	lines := strings.Split(log, "\n")
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "E: ") {
+			return l
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -74,7 +74,10 @@ aptwith() {
 }
 if [ ! -s "$apt/updated" ] || [ -n "$(find "$apt/updated" -mmin +1440)" ]; then
 	log "apt-get update (private state in $apt)"
-	aptwith apt-get update >&2
+	# --error-on=any: an unreachable mirror is an error, not a warning
+	# that leaves no lists behind a fresh "updated" stamp.
+	rm -f "$apt/updated"
+	aptwith apt-get update --error-on=any >&2
 	date >"$apt/updated"
 fi
 
