@@ -29,7 +29,7 @@ func TestPointerAuthentication(t *testing.T) {
 	if err != nil {
 		t.Fatalf("symbolize: %v\n%s", err, out)
 	}
-	for _, want := range []string{"in abort", "in ab2 at crash.c:", "in ab1 at crash.c:", "in main at crash.c:", "in _start"} {
+	for _, want := range []string{"abort at abort.c:", "in ab2 at crash.c:", "in ab1 at crash.c:", "in main at crash.c:", "in _start"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
