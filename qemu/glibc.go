@@ -99,7 +99,7 @@ func FetchDebianLibc(arch string) (*DebianLibc, error) {
 	ver, _ := os.ReadFile(filepath.Join(dir, "version"))
 	d := &DebianLibc{Version: strings.TrimSpace(string(ver)), Lib: filepath.Join(dir, "root", "lib", l.triplet), Debug: filepath.Join(dir, "debug")}
 	if _, err := os.Stat(filepath.Join(d.Lib, "libc.so.6")); err != nil {
-		return nil, fmt.Errorf("Debian's libc6 for %s: %w", arch, err)
+		return nil, fmt.Errorf("libc6:%s from Debian: %w", arch, err)
 	}
 	return d, nil
 }
