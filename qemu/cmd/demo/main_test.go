@@ -121,7 +121,7 @@ func checkDemo(t *testing.T, arch, out string) {
 // neither: the cross libc's .dynsym names only its exported functions.
 func checkFrames(t *testing.T, arch string, sym *symResult) {
 	t.Helper()
-	frames, lines := 0, 0
+	frames, named, lines := 0, 0, 0
 	for _, th := range sym.Threads {
 		if len(th.Frames) < 3 {
 			t.Errorf("thread %d: only %d frames", th.TID, len(th.Frames))
@@ -136,6 +136,7 @@ func checkFrames(t *testing.T, arch string, sym *symResult) {
 				t.Errorf("thread %d frame #%d pc %s: no function name (%s)", th.TID, i, f.PC, f.Error)
 				continue
 			}
+			named++
 			outer := f.Locations[len(f.Locations)-1]
 			if outer.Function == "_start" {
 				continue
@@ -147,5 +148,5 @@ func checkFrames(t *testing.T, arch string, sym *symResult) {
 			lines++
 		}
 	}
-	t.Logf("%d threads, %d frames, all named; %d with file:line", len(sym.Threads), frames, lines)
+	t.Logf("%d threads, %d frames: %d checked and named, %d of them with file:line", len(sym.Threads), frames, named, lines)
 }
