@@ -116,8 +116,15 @@ CONFIG          := $(SYSCONFDIR)/unwound/unwound.toml
 SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCTLDIR       ?= $(if $(filter systemd,$(INIT)),$(PREFIX)/lib/sysctl.d,$(SYSCONFDIR)/sysctl.d)
 INITDIR         ?= $(SYSCONFDIR)/init.d
-# The generator runs on the build host even when GOOS/GOARCH name the board.
-HOST_GO          = GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) GOARM= $(GO)
+# The core_pattern generator is built and run on the build host, with a go
+# that builds for it: HOST_GO, run with the target variables cleared. A
+# cross-compiling wrapper that exports GOARCH itself (oe-core's <target>-go,
+# which a Yocto recipe gets as GO) cannot be HOST_GO; the recipe passes its
+# native go. Scratch files go to INSTALL_WORK (build systems point it at
+# their build directory, so nothing is written into the source tree).
+HOST_GO         ?= $(GO)
+HOST_GO_ENV      = GOOS= GOARCH= GOARM= GO386= GOMIPS= GOAMD64=
+INSTALL_WORK    ?= build/install
 SUBST            = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@CONFIG@|$(CONFIG)|g' \
 		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g'
 
@@ -128,45 +135,55 @@ install:
 		case "$$p" in /*) ;; *) echo "make install: '$$p' must be an absolute path" >&2; exit 2;; esac; \
 		case "$$p" in *[\ \|\#\"%]*) echo "make install: '$$p' must contain no space, |, #, \" or %" >&2; exit 2;; esac; \
 	done
-	@mkdir -p build/install
-	@$(HOST_GO) run ./packaging/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) > build/install/core_pattern || { \
-		echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1; }
+	@mkdir -p $(INSTALL_WORK)
+	@set -- $$($(HOST_GO_ENV) $(HOST_GO) env GOOS GOARCH GOHOSTOS GOHOSTARCH) && [ $$# = 4 ] || { \
+		echo "make install: HOST_GO=$(HOST_GO): 'go env' failed (see above); HOST_GO must be a go for the build host" >&2; exit 1; }; \
+	[ "$$1/$$2" = "$$3/$$4" ] || { \
+		echo "make install: HOST_GO=$(HOST_GO) builds for $$1/$$2, not for this build host ($$3/$$4), so the core_pattern generator could not run here." >&2; \
+		echo "  A cross-compiling wrapper that sets GOARCH itself (such as oe-core's <target>-go) cannot be HOST_GO: set HOST_GO to the build host's go (in a Yocto recipe, HOST_GO=\$${STAGING_BINDIR_NATIVE}/go)." >&2; exit 1; }
+	$(HOST_GO_ENV) $(HOST_GO) build -o $(INSTALL_WORK)/corepattern ./packaging/corepattern
+	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
+	case $$rc in \
+	0) ;; \
+	3) echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1;; \
+	*) echo "make install: $(INSTALL_WORK)/corepattern, built by HOST_GO=$(HOST_GO), did not run on this build host (exit $$rc, see above): HOST_GO must build for the build host" >&2; exit 1;; \
+	esac
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/unwound
 ifeq ($(PREBUILT),)
 	$(GOBUILD) -o $(DESTDIR)$(BINDIR)/ $(addprefix ./cmd/,$(BOARD_CMDS))
 else
 	install -m 0755 $(addprefix $(PREBUILT)/,$(BOARD_CMDS)) $(DESTDIR)$(BINDIR)/
 endif
-	sed 's|^dir = "/var/lib/unwound/queue"$$|dir = "$(QUEUE_DIR)"|' configs/unwound.toml > build/install/unwound.toml
-	@grep -qx 'dir = "$(QUEUE_DIR)"' build/install/unwound.toml || { echo "make install: configs/unwound.toml has no [queue] dir line to set" >&2; exit 1; }
-	install -m 0644 build/install/unwound.toml $(DESTDIR)$(CONFIG)
+	sed 's|^dir = "/var/lib/unwound/queue"$$|dir = "$(QUEUE_DIR)"|' configs/unwound.toml > $(INSTALL_WORK)/unwound.toml
+	@grep -qx 'dir = "$(QUEUE_DIR)"' $(INSTALL_WORK)/unwound.toml || { echo "make install: configs/unwound.toml has no [queue] dir line to set" >&2; exit 1; }
+	install -m 0644 $(INSTALL_WORK)/unwound.toml $(DESTDIR)$(CONFIG)
 	install -d -m 0700 $(DESTDIR)$(QUEUE_DIR)
 ifneq ($(INIT),none)
 	{ echo '# unwound: crash reports from unwound-handler (make install INIT=$(INIT)).'; \
 	  echo '# Sorts after systemd'"'"'s 50-coredump.conf, so this core_pattern wins.'; \
 	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --core-pattern` prints.'; \
-	  echo "kernel.core_pattern = $$(cat build/install/core_pattern)"; \
+	  echo "kernel.core_pattern = $$(cat $(INSTALL_WORK)/core_pattern)"; \
 	  echo '# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to'; \
 	  echo '# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.'; \
 	  echo 'kernel.core_pipe_limit = $(CORE_PIPE_LIMIT)'; \
 	  echo '# 2: also dump processes that changed credentials (daemons dropping root,'; \
 	  echo '# setuid programs); the handler runs as root and keeps no memory.'; \
-	  echo 'fs.suid_dumpable = 2'; } > build/install/60-unwound.conf
+	  echo 'fs.suid_dumpable = 2'; } > $(INSTALL_WORK)/60-unwound.conf
 	install -d $(DESTDIR)$(SYSCTLDIR)
-	install -m 0644 build/install/60-unwound.conf $(DESTDIR)$(SYSCTLDIR)/60-unwound.conf
+	install -m 0644 $(INSTALL_WORK)/60-unwound.conf $(DESTDIR)$(SYSCTLDIR)/60-unwound.conf
 endif
 ifeq ($(INIT)$(filter unwound-uploader,$(BOARD_CMDS)),systemdunwound-uploader)
 	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
-	$(SUBST) packaging/systemd/unwound-uploader.service.in > build/install/unwound-uploader.service
-	$(SUBST) packaging/systemd/unwound-upload-once.service.in > build/install/unwound-upload-once.service
-	install -m 0644 build/install/unwound-uploader.service build/install/unwound-upload-once.service \
+	$(SUBST) packaging/systemd/unwound-uploader.service.in > $(INSTALL_WORK)/unwound-uploader.service
+	$(SUBST) packaging/systemd/unwound-upload-once.service.in > $(INSTALL_WORK)/unwound-upload-once.service
+	install -m 0644 $(INSTALL_WORK)/unwound-uploader.service $(INSTALL_WORK)/unwound-upload-once.service \
 		packaging/systemd/unwound-upload-once.timer $(DESTDIR)$(SYSTEMD_UNITDIR)/
 endif
 ifeq ($(INIT),sysvinit)
 ifneq ($(INITSCRIPT),)
 	install -d $(DESTDIR)$(INITDIR)
-	$(SUBST) packaging/sysvinit/unwound.in > build/install/unwound.init
-	install -m 0755 build/install/unwound.init $(DESTDIR)$(INITDIR)/$(INITSCRIPT)
+	$(SUBST) packaging/sysvinit/unwound.in > $(INSTALL_WORK)/unwound.init
+	install -m 0755 $(INSTALL_WORK)/unwound.init $(DESTDIR)$(INITDIR)/$(INITSCRIPT)
 endif
 endif
 

@@ -60,6 +60,9 @@ type Handler struct {
 	// DumpModePolicy is what becomes of processes dumped with %d other
 	// than 1 (changed credentials): report, registers, drop.
 	DumpModePolicy string `toml:"dump_mode_policy"`
+	// StackScan lets the unwinder fall back to a validated stack scan
+	// (low-trust frames) where no table or frame record says more.
+	StackScan bool `toml:"stack_scan"`
 }
 
 // Queue is the report queue on flash.
@@ -101,6 +104,7 @@ type Serial struct {
 	Port        string `toml:"port"`
 	Baud        int    `toml:"baud"`
 	FlowControl string `toml:"flow_control"` // none, rtscts
+	Framing     string `toml:"framing"`      // text, binary
 }
 
 // Default returns the configuration used when no file exists; it is what
@@ -117,6 +121,7 @@ func Default() *Config {
 			Live:           true,
 			Supervise:      true,
 			DumpModePolicy: "report",
+			StackScan:      true,
 		},
 		Queue: Queue{
 			Dir:           "/var/lib/unwound/queue",
@@ -143,6 +148,7 @@ func Default() *Config {
 			Port:        "/dev/ttyS1",
 			Baud:        115200,
 			FlowControl: "none",
+			Framing:     "text",
 		},
 	}
 }
@@ -330,6 +336,7 @@ func (c *Config) check() []problem {
 	s := &c.Serial
 	rng("serial.baud", s.Baud, 50, 16000000)
 	oneOf("serial.flow_control", s.FlowControl, "none", "rtscts")
+	oneOf("serial.framing", s.Framing, "text", "binary")
 	return ps
 }
 

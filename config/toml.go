@@ -11,7 +11,7 @@ import (
 // The config is read with a small TOML reader of our own rather than a
 // general TOML library: the handler reads it on every crash, and a full
 // TOML decoder (with its encoder, datetimes and reflection-driven tables)
-// was 390 KB of the handler's 3.1 MB (docs/design.md, "Footprint"). The file
+// was the largest part of the handler (docs/design.md, "Footprint"). The file
 // only needs a subset of TOML, and the subset is TOML: every file this
 // reader accepts means the same to any TOML parser.
 //
@@ -270,7 +270,7 @@ func parseString(s string) (string, string, error) {
 // textValue is a field written as a string and parsed by its type. Not
 // encoding.TextUnmarshaler: a call through that interface would link the
 // UnmarshalText of every type the handler ever puts in an interface, and
-// time.Time's brings time.Parse (about 20 KB on 32-bit ARM).
+// time.Time's brings time.Parse (docs/design.md, "Footprint").
 type textValue interface{ setText(string) error }
 
 func (d *Duration) setText(s string) error { return d.UnmarshalText([]byte(s)) }

@@ -21,14 +21,31 @@ const (
 	// handling) and the supervising parent, then 2,490,520 B with our own
 	// zstd encoder (report/zstdenc: klauspost/compress linked every level)
 	// and without debug/elf, os/exec and flag (TestHandlerLinksNoHeavyStd).
-	handlerBudget  = 2_500_000
+	// Issue 17 raised it to 2.65 MB for MiniDebugInfo's LZMA2 decoder
+	// (github.com/ulikunitz/xz) and the unwinder's strategies, call-site
+	// validation and stack scan (issue 16; docs/design.md, "Footprint").
+	handlerBudget  = 2_650_000
 	uploaderBudget = 6_000_000
 	serialBudget   = 3_000_000 // -tags unwound_nohttp
 )
 
-func build(t *testing.T, dir, pkg, tags string) int64 {
+// The newest Go a supported build system builds the board binaries with:
+// Buildroot 2025.02.16 LTS ships Go 1.26.3 (Yocto scarthgap and Buildroot
+// 2024.02 ship 1.22.12, the budgets above). Go 1.26 links more of its
+// runtime and crypto (crypto/sha256 pulls crypto/internal/fips140), so the
+// same code is bigger: issue 18 sets 3.0 MB for the handler; the uploaders'
+// budgets keep the headroom they have with Go 1.22.12 over what Go 1.26.3
+// measured (6,946,978 B and 3,211,426 B).
+const (
+	toolchain126      = "go1.26.3"
+	handlerBudget126  = 3_300_000 // 3.0 MB before MiniDebugInfo (issue 17) and the unwinder's heuristics (issue 16)
+	uploaderBudget126 = 7_300_000
+	serialBudget126   = 3_500_000 // -tags unwound_nohttp
+)
+
+func build(t *testing.T, goVersion, dir, pkg, tags string) int64 {
 	t.Helper()
-	st, err := os.Stat(buildBinary(t, dir, pkg, tags, "-s -w"))
+	st, err := os.Stat(buildBinaryWith(t, goVersion, dir, pkg, tags, "-s -w"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,37 +56,55 @@ func build(t *testing.T, dir, pkg, tags string) int64 {
 // returns the binary's path.
 func buildBinary(t *testing.T, dir, pkg, tags, ldflags string) string {
 	t.Helper()
-	out := filepath.Join(dir, filepath.Base(pkg)+tags+strings.ReplaceAll(ldflags, " ", ""))
+	return buildBinaryWith(t, toolchain, dir, pkg, tags, ldflags)
+}
+
+// buildBinaryWith builds pkg for the board with Go goVersion (fetched by
+// the go command from the module proxy, or the local go when it is that
+// version) and returns the binary's path.
+func buildBinaryWith(t *testing.T, goVersion, dir, pkg, tags, ldflags string) string {
+	t.Helper()
+	out := filepath.Join(dir, goVersion+"-"+filepath.Base(pkg)+tags+strings.ReplaceAll(ldflags, " ", ""))
 	args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", out}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+toolchain, "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm", "GOARM=7")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+goVersion, "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm", "GOARM=7")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
 }
 
+// TestBinarySizes builds the three board binaries with each Go a supported
+// build system ships and checks them against that Go's budgets.
 func TestBinarySizes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds three binaries with " + toolchain)
+		t.Skip("builds three binaries with " + toolchain + " and " + toolchain126)
 	}
 	dir := t.TempDir()
-	for _, c := range []struct {
-		name, pkg, tags string
-		budget          int64
+	for _, g := range []struct {
+		goVersion                 string
+		handler, uploader, serial int64
 	}{
-		{"unwound-handler", "./cmd/unwound-handler", "", handlerBudget},
-		{"unwound-uploader", "./cmd/unwound-uploader", "", uploaderBudget},
-		{"unwound-uploader (serial only)", "./cmd/unwound-uploader", "unwound_nohttp", serialBudget},
+		{toolchain, handlerBudget, uploaderBudget, serialBudget},
+		{toolchain126, handlerBudget126, uploaderBudget126, serialBudget126},
 	} {
-		size := build(t, dir, c.pkg, c.tags)
-		t.Logf("%-31s %9d bytes, budget %9d (%.0f%%)", c.name, size, c.budget, 100*float64(size)/float64(c.budget))
-		if size > c.budget {
-			t.Errorf("%s: %d bytes, over its budget of %d", c.name, size, c.budget)
+		for _, c := range []struct {
+			name, pkg, tags string
+			budget          int64
+		}{
+			{"unwound-handler", "./cmd/unwound-handler", "", g.handler},
+			{"unwound-uploader", "./cmd/unwound-uploader", "", g.uploader},
+			{"unwound-uploader (serial only)", "./cmd/unwound-uploader", "unwound_nohttp", g.serial},
+		} {
+			size := build(t, g.goVersion, dir, c.pkg, c.tags)
+			t.Logf("%-10s %-31s %9d bytes, budget %9d (%.0f%%)", g.goVersion, c.name, size, c.budget, 100*float64(size)/float64(c.budget))
+			if size > c.budget {
+				t.Errorf("%s with %s: %d bytes, over its budget of %d", c.name, g.goVersion, size, c.budget)
+			}
 		}
 	}
 }

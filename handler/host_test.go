@@ -54,13 +54,9 @@ func installCorePattern(t testing.TB, line string) {
 	}
 }
 
-// hostHandler builds unwound-handler and a config for it in dir.
+// hostHandler is unwound-handler and a config for it in dir.
 func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
-	bin = filepath.Join(dir, "unwound-handler")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound-handler").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin = handlerBinary(t, "")
 	qdir = filepath.Join(dir, "queue")
 	saveDir = filepath.Join(dir, "cores")
 	os.Mkdir(qdir, 0o700)

@@ -119,9 +119,6 @@ func hostileCores() []hostileCase {
 // finishes within its deadline and memory bound, exits 0 and writes a
 // report that says what was wrong.
 func TestHostileCores(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the handler")
-	}
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("needs prlimit (util-linux)")
 	}

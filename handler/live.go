@@ -1,75 +1,65 @@
 package handler
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
+	"time"
 
 	"github.com/unwound-dev/unwound/handler/module"
 )
 
-// procMaps reads /proc/<pid>/maps: file-backed mappings with permissions.
-func procMaps(pid int) ([]module.Mapping, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+// live unwinds from /proc/<pid>/mem while the kernel waits on the pipe,
+// within the freeze budget, then releases the process and finishes from
+// the snapshot. It fails when /proc/<pid> is not usable.
+func (c *crash) live(release func(), deadline time.Time) error {
+	if c.pid <= 0 {
+		return errors.New("no pid argument")
+	}
+	if !c.cfg.Handler.Live {
+		return errors.New("handler.live is off")
+	}
+	maps, err := procMaps(c.pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer f.Close()
-	var maps []module.Mapping
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		if m, ok := parseMapsLine(sc.Text()); ok {
-			maps = append(maps, m)
-		}
-		if len(maps) > 1<<16 {
-			break
-		}
-	}
-	return maps, sc.Err()
-}
-
-// parseMapsLine parses "start-end perms offset dev inode [path]";
-// anonymous mappings (thread stacks) have no path.
-func parseMapsLine(line string) (module.Mapping, bool) {
-	fields := strings.Fields(line)
-	if len(fields) < 5 {
-		return module.Mapping{}, false
-	}
-	se := strings.SplitN(fields[0], "-", 2)
-	if len(se) != 2 {
-		return module.Mapping{}, false
-	}
-	start, err1 := strconv.ParseUint(se[0], 16, 64)
-	end, err2 := strconv.ParseUint(se[1], 16, 64)
-	off, err3 := strconv.ParseUint(fields[2], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return module.Mapping{}, false
-	}
-	path := ""
-	if len(fields) > 5 {
-		// The path is everything after the inode, spaces included.
-		path = line[strings.Index(line, fields[5]):]
-	}
-	return module.Mapping{Start: start, End: end, Offset: off, Perms: fields[1], Path: path}, true
-}
-
-// threadName reads a thread's comm while the process is frozen.
-func threadName(pid, tid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid))
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", c.pid))
 	if err != nil {
-		return ""
+		return err
 	}
-	return strings.TrimSpace(string(b))
-}
-
-// procCmdline reads argv, NUL-separated.
-func procCmdline(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
-		return nil
+	defer mem.Close()
+	snap, err := c.snapshotLive(mem, maps)
+	if err != nil {
+		return err
 	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	c.mode = "live"
+	sm := &snapMem{snap: snap, live: mem}
+	c.mem = sm
+	seen := c.processPaths(maps)
+	c.mods = module.Group(maps)
+	c.sources = []module.Source{c.preopen(c.mods)}
+	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
+	for _, t := range c.core.Threads {
+		c.names[t.TID] = threadName(c.pid, t.TID)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
+		if p, ok := seen[exe]; ok {
+			exe = p
+		}
+		c.exe = exe
+	}
+	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
+		c.cmdline = procCmdline(c.pid)
+	}
+	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())
+	if freeze.After(deadline) {
+		freeze = deadline
+	}
+	c.unwindThreads(freeze, false)
+	sm.released.Store(true)
+	release()
+	// Threads the freeze budget cut short are walked again from the
+	// snapshot: their stack windows, no longer the whole stacks.
+	c.unwindThreads(deadline, true)
+	return nil
 }

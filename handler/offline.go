@@ -15,7 +15,6 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/jsonlite"
 )
@@ -45,7 +44,7 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 	start := time.Now()
 	deadline := start.Add(cfg.Handler.Deadline.D())
 	module.SetIODeadline(deadline)
-	c := &crash{cfg: cfg, log: o.Log, start: start, names: map[int]string{}}
+	c := newCrash(cfg, o.Log, start)
 	if o.Sysroot == "" {
 		o.Sysroot = "/"
 	}
@@ -55,25 +54,20 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 			in = c.pipeReader(f, deadline) // a stalled pipe ends at the deadline
 			defer c.stdin.Close()
 		}
-		core, stream, err := coredump.ReadHeader(in, coredump.DefaultLimits)
-		if core == nil {
+		stream, err, archErr := c.readHeaders(in)
+		if c.core == nil {
 			return c.unreadable(err), nil
 		}
 		if err != nil {
 			c.errorf("reading the core: %v", err)
 			c.partial = true
 		}
-		c.core, c.mode = core, "stream"
-		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
-			return c.unreadable(err), nil
+		c.mode = "stream"
+		if archErr != nil {
+			return c.unreadable(archErr), nil
 		}
 		stream.Deadline = deadline
-		mem, err := c.collectStream(stream)
-		if err != nil {
-			c.errorf("core stream: %v", err)
-			c.partial = true
-		}
-		c.mem = mem
+		c.collect(stream)
 	} else {
 		f, err := os.Open(o.CoreFile)
 		if err != nil {
@@ -92,8 +86,8 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 			c.errorf("reading the core: %v", err)
 			c.partial = true
 		}
-		c.core, c.mode, c.mem = core, "file", newPageCache(mem)
-		if c.arch, err = arch.ByMachine(core.Machine, core.Class); err != nil {
+		c.mode, c.mem = "file", newPageCache(mem)
+		if err := c.setCore(core); err != nil {
 			return c.unreadable(err), nil
 		}
 	}
@@ -117,26 +111,20 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 // marked partial, like kernel mode's.
 func (c *crash) unreadable(err error) *report.Report {
 	c.errorf("reading the core: %v", err)
-	r := c.minimalReport()
-	if c.core != nil && c.core.PRPSInfo != nil {
-		r.Comm, r.PID = c.core.PRPSInfo.Fname, c.core.PRPSInfo.PID
-	}
-	return r
+	return c.minimalReport()
 }
 
 // offlineModules finds the modules from NT_FILE under the sysroot, or,
 // without NT_FILE, places --exe from the auxiliary vector.
 func (c *crash) offlineModules(o OfflineOptions) error {
 	override := map[string]string{}
-	entry, hasEntry := c.core.AuxvValue(9) // AT_ENTRY
+	entry, hasEntry := c.core.AuxvValue(coredump.AT_ENTRY)
 	if len(c.core.Files) > 0 {
 		c.mods = module.Group(fileMaps(c.core))
-		if hasEntry {
-			if i := module.Find(c.mods, entry); i >= 0 {
-				c.exe = cleanDeleted(c.mods[i].Path)
-				if o.Exe != "" {
-					override[c.mods[i].Path] = o.Exe
-				}
+		if i := c.entryModule(); i >= 0 {
+			c.exe = module.CleanPath(c.mods[i].Path)
+			if o.Exe != "" {
+				override[c.mods[i].Path] = o.Exe
 			}
 		}
 		c.sources = append(append([]module.Source(nil), o.Sources...), module.SysrootSource(o.Sysroot, override))
@@ -222,7 +210,9 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		}
 		lm = next
 		name := readCString(c.mem, lname, 4096)
-		if name == "" || !strings.HasPrefix(name, "/") {
+		// The first entry is the program itself: glibc names it "", musl
+		// by the path it was run as.
+		if n == 0 || name == "" || !strings.HasPrefix(name, "/") {
 			continue // the program itself, the vDSO
 		}
 		lf, err := elf.Open(filepath.Join(sysroot, name))

@@ -198,13 +198,7 @@ func TestBadModulesAreReported(t *testing.T) {
 
 // The installed binary prints the core_pattern line with its own path.
 func TestCorePatternFlag(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the command")
-	}
-	bin := filepath.Join(t.TempDir(), "unwound-handler")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound-handler").CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	bin := handlerBinary(t, "")
 	out, err := exec.Command(bin, "--config", "/etc/unwound/unwound.toml", "--core-pattern").Output()
 	if err != nil {
 		t.Fatal(err)

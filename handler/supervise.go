@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,13 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
-	"golang.org/x/sys/unix"
 )
 
 // Self-supervision (docs/design.md, "Self-supervision"). Go's fatal errors
@@ -36,8 +29,8 @@ import (
 
 // ChildFlag, as the first argument, makes unwound-handler the supervised
 // child: ChildFlag CONFIG KERNEL-ARGS..., the core pipe on fd 0, the
-// hand-over (a JSON line, then the core bytes the parent already read) on
-// fd 3, and fd 4 to say the report is stored.
+// hand-over (a line of words, handover.format, then the core bytes the
+// parent already read) on fd 3, and fd 4 to say the report is stored.
 const ChildFlag = "--unwind-child"
 
 // childGrace is how long after the deadline a child is given before it is
@@ -115,8 +108,8 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 	// stream in. It waits for the hand-over before it reads the pipe.
 	ch, startErr := c.startChild(o)
 	rec := &recorder{r: in}
-	core, _, err := coredump.ReadHeader(rec, coredump.DefaultLimits)
-	if core == nil {
+	_, err, _ := c.readHeaders(rec)
+	if c.core == nil {
 		if ch != nil {
 			ch.proc.Kill()
 			ch.wait(deadline)
@@ -126,9 +119,6 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		c.errorf("reading the core: %v", err)
 		return c.store(c.minimalReport())
 	}
-	c.core = core
-	c.globalTIDs()
-	c.arch, _ = arch.ByMachine(core.Machine, core.Class)
 
 	why := startErr
 	if ch != nil {
@@ -150,7 +140,8 @@ func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
 		c.errorf("reading the core: %v", err)
 	}
 	c.errorf("full unwind failed: %s", why)
-	return c.store(c.registersReport())
+	c.registersResults()
+	return c.store(c.report())
 }
 
 // child is the running unwinding child.
@@ -309,97 +300,6 @@ func (w *headWriter) Bytes() []byte {
 	return w.b
 }
 
-// registersReport is the report made from the notes alone: per thread, the
-// PC and the link register (not checked: no unwinding took place), and the
-// modules from NT_FILE they fall in, which are not read.
-func (c *crash) registersReport() *report.Report {
-	r := c.minimalReport()
-	r.Handler.Mode = "registers"
-	r.Handler.FrozenMS = c.frozen.Milliseconds()
-	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
-	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
-	r.DeviceID = c.cfg.DeviceID()
-	core := c.core
-	if core.PRPSInfo != nil {
-		r.Comm = core.PRPSInfo.Fname
-	}
-	if si := core.SigInfo; si != nil {
-		r.Signal.Number, r.Signal.Name = int(si.Signo), report.SignalName(int(si.Signo))
-		r.Signal.Code = int(si.Code)
-		r.Signal.CodeName = report.CodeName(r.Signal.Number, r.Signal.Code)
-		if report.HasFaultAddr(r.Signal.Number, r.Signal.Code) {
-			a := report.Hex(si.Addr)
-			if c.cfg.Handler.MaskFaultAddr {
-				a = report.MaskToPage(a)
-			}
-			r.Signal.FaultAddr = &a
-		}
-	}
-	if c.arch == nil {
-		return r
-	}
-	mods := module.Group(fileMaps(core))
-	if r.Exe == "" {
-		if entry, ok := core.AuxvValue(9); ok { // AT_ENTRY
-			if i := module.Find(mods, entry); i >= 0 {
-				r.Exe = cleanDeleted(mods[i].Path)
-			}
-		}
-	}
-	used := map[int]int{}
-	modIndex := func(pc uint64) int {
-		i := module.Find(mods, pc)
-		if i < 0 {
-			return -1
-		}
-		if n, ok := used[i]; ok {
-			return n
-		}
-		m := mods[i]
-		used[i] = len(r.Modules)
-		r.Modules = append(r.Modules, report.Module{Path: m.Path, Start: report.Hex(m.Start), End: report.Hex(m.End),
-			RuntimeOffset: report.Hex(m.RuntimeOffset), Error: "not read: registers-only report"})
-		return used[i]
-	}
-	threads := core.Threads
-	if n := c.cfg.Handler.MaxThreads; len(threads) > n {
-		threads = threads[:n]
-	}
-	for i, t := range threads {
-		th := report.Thread{TID: t.TID, Crashed: i == 0, Frames: []report.Frame{}, StopReason: "registers_only"}
-		pc, rs, err := c.arch.FromPRStatus(t.Regs)
-		if err != nil {
-			th.StopReason, th.StopDetail = "bad_registers", err.Error()
-			r.Threads = append(r.Threads, th)
-			continue
-		}
-		thumb := false
-		if k := c.arch.PRStatusCPSR; k >= 0 && k < len(t.Regs) {
-			thumb = t.Regs[k]&0x20 != 0
-		}
-		if thumb {
-			pc &^= 1
-		}
-		th.Frames = append(th.Frames, report.Frame{PC: report.Hex(pc), Method: "context", Module: modIndex(pc), Exact: true, Thumb: thumb})
-		if c.arch.LR >= 0 {
-			if lr, ok := rs.Get(c.arch.LR); ok && lr != 0 {
-				lr = c.arch.StripPAC(lr, t.PACMask)
-				lthumb := c.arch.Name == "arm" && lr&1 != 0
-				lr &^= 1
-				th.Frames = append(th.Frames, report.Frame{PC: report.Hex(lr), Method: "lr", Module: modIndex(lr), Thumb: lthumb,
-					Note: "link register at the crash, not checked by an unwind"})
-			}
-		}
-		r.Threads = append(r.Threads, th)
-	}
-	if len(r.Threads) > 0 && core.PRPSInfo != nil {
-		r.Threads[0].Name = core.PRPSInfo.Fname
-	}
-	withholdData(r, core)
-	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
-	return r
-}
-
 // ChildOptions are the supervised child's inputs (see ChildFlag).
 type ChildOptions struct {
 	Args    []string // CONFIG KERNEL-ARGS...
@@ -412,7 +312,6 @@ type ChildOptions struct {
 // RunChild is the supervised child: RunKernel's work after the headers,
 // from the same bytes.
 func RunChild(o ChildOptions) int {
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	lg := o.Log
 	if len(o.Args) < 1 {
 		lg.Errorf("%s: no config argument", ChildFlag)
@@ -428,71 +327,13 @@ func RunChild(o ChildOptions) int {
 		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)
 		return 2
 	}
-	start := time.Unix(0, h.StartNS)
-	cfg, cfgErr := config.LoadOrDefault(o.Args[0])
-	limitMemory(cfg.Handler.MemoryLimitMiB, true)
-	deadline := start.Add(cfg.Handler.Deadline.D())
-	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
-		lg.Errorf("hard deadline passed, exiting without a report")
-		os.Exit(3)
-	})
-	defer hard.Stop()
-	ka, argErr := admit.ParseKernelArgs(o.Args[1:])
-	c := &crash{cfg: cfg, log: lg, start: start, pid: ka.PID, tid: ka.TID, exe: ka.Exe,
-		kernelTime: ka.Time, signal: ka.Signal, names: map[int]string{}, dropped: h.Dropped}
-	c.drift = func() { LogDrift(lg, "", o.Args[0], cfg.RateLimit.MaxConcurrent) }
-	c.policy = admitPolicy(cfg)
-	if cfgErr != nil {
-		c.errs = append(c.errs, cfgErr.Error())
-	}
-	if argErr != nil {
-		c.errs = append(c.errs, argErr.Error())
-	}
-	c.fault = childFault()
+	c, _, deadline, stop := startKernel(lg, o.Args[0], o.Args[1:], time.Unix(0, h.StartNS), true)
+	defer stop()
+	c.dropped = h.Dropped
+	c.drift = func() { LogDrift(lg, "", o.Args[0], c.cfg.RateLimit.MaxConcurrent) }
+	c.inject = childInject()
 	c.parent = os.Getppid()
 	rc := c.run(o.Stdin, br, deadline)
 	o.Status.Write([]byte("stored\n"))
 	return rc
-}
-
-// limitMemory bounds the handler: the Go memory limit (soft: the
-// collector works harder) and, with hard (the supervised child), a cap on
-// its data segment at four times that above what the runtime holds at
-// start, so a runaway allocation ends in the runtime's "out of memory"
-// (which the parent reports) rather than in the board's OOM killer
-// choosing a victim.
-func limitMemory(mib int, hard bool) {
-	debug.SetMemoryLimit(int64(mib) << 20)
-	// The heap is a few MiB: collecting at 25% growth instead of 100%
-	// costs little time and keeps the peak resident set near the live
-	// heap (issue 10's budget: 10 MiB for the parent and child together).
-	debug.SetGCPercent(25)
-	// Unbounded recursion dies at 4 MiB of stack instead of 1 GiB, well
-	// below the memory limit (near it the collector would thrash until
-	// the deadline): the parsers do not recurse, real stacks are KiBs.
-	debug.SetMaxStack(4 << 20)
-	if !hard {
-		return
-	}
-	if data := vmData(); data > 0 {
-		lim := uint64(data) + uint64(4*mib)<<20
-		_ = unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim})
-	}
-}
-
-// vmData is the process's VmData in bytes, 0 when unknown.
-func vmData() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmData:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/unwound-dev/unwound/handler/coredump"
+	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/internal/testbin"
 )
 
 // A small AArch64 core writer for hostile-input and supervision tests: the
@@ -44,35 +45,17 @@ type synthCore struct {
 
 var le = binary.LittleEndian
 
-func note(name string, typ uint32, desc []byte) []byte {
-	var b []byte
-	nm := append([]byte(name), 0)
-	b = le.AppendUint32(b, uint32(len(nm)))
-	b = le.AppendUint32(b, uint32(len(desc)))
-	b = le.AppendUint32(b, typ)
-	b = append(b, nm...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	b = append(b, desc...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
+// nw writes the notes, as the kernel does for an AArch64 process.
+var nw = coredump.NoteWriter{Class: elf.ELFCLASS64, Order: le, Machine: elf.EM_AARCH64}
 
-// prstatus is struct elf_prstatus on arm64: pr_reg (x0–x30, sp, pc,
-// pstate) at 112, pr_pid at 32, pr_cursig at 12; 392 bytes.
+func note(name string, typ uint32, desc []byte) []byte { return nw.AppendNote(nil, name, typ, desc) }
+
+// prstatus is a thread's NT_PRSTATUS: x29, x30 (the link register), sp
+// and pc set.
 func prstatus(t synthThread, sig int) []byte {
-	d := make([]byte, 392)
-	le.PutUint16(d[12:], uint16(sig))
-	le.PutUint32(d[32:], uint32(t.tid))
-	reg := func(i int, v uint64) { le.PutUint64(d[112+8*i:], v) }
-	reg(29, t.fp)
-	reg(30, t.lr)
-	reg(31, t.sp)
-	reg(32, t.pc)
-	return d
+	regs := make([]uint64, 33)
+	regs[29], regs[30], regs[31], regs[32] = t.fp, t.lr, t.sp, t.pc
+	return nw.PRStatus(t.tid, sig, regs)
 }
 
 func (c *synthCore) notes() []byte {
@@ -81,34 +64,15 @@ func (c *synthCore) notes() []byte {
 	for i, t := range c.threads {
 		b = append(b, note("CORE", 1, prstatus(t, sig))...)
 		if i == 0 {
-			ps := make([]byte, 136)
-			le.PutUint32(ps[24:], uint32(c.pid))
-			copy(ps[40:56], c.comm)
-			b = append(b, note("CORE", 3, ps)...)
-			si := make([]byte, 128)
-			le.PutUint32(si, uint32(c.signo))
-			le.PutUint32(si[8:], 1)
-			le.PutUint64(si[16:], c.addr)
-			b = append(b, note("CORE", 0x53494749, si)...)
-			var ax []byte
-			for _, v := range []uint64{6, 4096, 0} {
-				ax = le.AppendUint64(ax, v)
-			}
-			ax = le.AppendUint64(ax, 0)
-			b = append(b, note("CORE", 6, ax)...)
+			b = append(b, note("CORE", 3, nw.PRPSInfo(c.pid, 0, 0, 0, c.comm, ""))...)
+			b = append(b, note("CORE", 0x53494749, nw.SigInfo(c.signo, 0, 1, c.addr))...)
+			b = append(b, note("CORE", 6, nw.Auxv(coredump.AT_PAGESZ, 4096))...)
 			if len(c.files) > 0 {
-				var f []byte
-				f = le.AppendUint64(f, uint64(len(c.files)))
-				f = le.AppendUint64(f, 4096)
-				for _, fm := range c.files {
-					f = le.AppendUint64(f, fm.start)
-					f = le.AppendUint64(f, fm.end)
-					f = le.AppendUint64(f, fm.pgoff)
+				fs := make([]coredump.FileMapping, len(c.files))
+				for i, f := range c.files {
+					fs[i] = coredump.FileMapping{Start: f.start, End: f.end, Offset: f.pgoff * 4096, Path: f.path}
 				}
-				for _, fm := range c.files {
-					f = append(append(f, fm.path...), 0)
-				}
-				b = append(b, note("CORE", 0x46494c45, f)...)
+				b = append(b, note("CORE", 0x46494c45, nw.File(4096, fs))...)
 			}
 		}
 	}
@@ -121,42 +85,11 @@ func (c *synthCore) notes() []byte {
 // layout returns the core's bytes and the offsets of its program headers
 // (index 0 is PT_NOTE) for tests that patch them.
 func (c *synthCore) layout() (out []byte, phOff []int) {
-	nb := c.notes()
-	phnum := 1 + len(c.segs)
-	hdr := make([]byte, 64)
-	copy(hdr, "\x7fELF")
-	hdr[4], hdr[5], hdr[6] = 2, 1, 1 // ELFCLASS64, LSB, EV_CURRENT
-	le.PutUint16(hdr[16:], 4)        // ET_CORE
-	le.PutUint16(hdr[18:], 183)      // EM_AARCH64
-	le.PutUint32(hdr[20:], 1)
-	le.PutUint64(hdr[32:], 64) // e_phoff
-	le.PutUint16(hdr[52:], 64)
-	le.PutUint16(hdr[54:], 56)
-	le.PutUint16(hdr[56:], uint16(phnum))
-	noteOff := uint64(64 + 56*phnum)
-	dataOff := (noteOff + uint64(len(nb)) + 4095) &^ 4095
-	ph := func(typ, flags uint32, off, vaddr, filesz, memsz uint64) []byte {
-		p := make([]byte, 56)
-		le.PutUint32(p, typ)
-		le.PutUint32(p[4:], flags)
-		le.PutUint64(p[8:], off)
-		le.PutUint64(p[16:], vaddr)
-		le.PutUint64(p[32:], filesz)
-		le.PutUint64(p[40:], memsz)
-		le.PutUint64(p[48:], 4)
-		return p
-	}
-	out = append(out, hdr...)
-	phOff = append(phOff, len(out))
-	out = append(out, ph(4, 0, noteOff, 0, uint64(len(nb)), 0)...)
-	off := dataOff
+	l := coredump.CoreLayout{NoteWriter: nw, Notes: c.notes()}
 	for _, s := range c.segs {
-		phOff = append(phOff, len(out))
-		out = append(out, ph(1, s.flags, off, s.vaddr, uint64(len(s.data)), s.memsz)...)
-		off += uint64(len(s.data))
+		l.Segs = append(l.Segs, coredump.CoreSegment{Vaddr: s.vaddr, Filesz: uint64(len(s.data)), Memsz: s.memsz, Flags: elf.ProgFlag(s.flags)})
 	}
-	out = append(out, nb...)
-	out = append(out, make([]byte, int(dataOff)-len(out))...)
+	out, phOff, _ = l.Header()
 	for _, s := range c.segs {
 		out = append(out, s.data...)
 	}
@@ -196,47 +129,11 @@ func patch(b []byte, off int, v uint64, size int) []byte {
 	return b
 }
 
-var binOnce sync.Map // tags → *builtBinary
-
-type builtBinary struct {
-	once sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
-// handlerBinary builds cmd/unwound-handler once per test process (with
-// build tags, e.g. unwoundfault), into a directory removed at exit.
+// handlerBinary is cmd/unwound-handler, built with tags (e.g.
+// unwoundfault) once per test process.
 func handlerBinary(t testing.TB, tags string) string {
 	t.Helper()
-	v, _ := binOnce.LoadOrStore(tags, &builtBinary{})
-	b := v.(*builtBinary)
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "unwound-handler-bin")
-		if err != nil {
-			b.err = err
-			return
-		}
-		b.path = filepath.Join(dir, "unwound-handler"+tags)
-		args := []string{"build", "-o", b.path}
-		if tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		b.out, b.err = exec.Command("go", append(args, "github.com/unwound-dev/unwound/cmd/unwound-handler")...).CombinedOutput()
-	})
-	if b.err != nil {
-		t.Fatalf("building the handler: %v\n%s", b.err, b.out)
-	}
-	return b.path
+	return testbin.Build(t, "unwound-handler", tags)
 }
 
-func TestMain(m *testing.M) {
-	rc := m.Run()
-	binOnce.Range(func(_, v any) bool {
-		if p := v.(*builtBinary).path; p != "" {
-			os.RemoveAll(filepath.Dir(p))
-		}
-		return true
-	})
-	os.Exit(rc)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }

@@ -230,8 +230,8 @@ func checkInitScript(t *testing.T, dest string) {
 		s = strings.Replace(s, "HANDLER=/usr/bin/", "HANDLER="+dest+"/usr/bin/", 1)
 		s = strings.Replace(s, "UPLOADER=/usr/bin/", "UPLOADER="+dest+"/usr/bin/", 1)
 		s = strings.Replace(s, "PROC_SYS=/proc/sys", "PROC_SYS="+fake+"/proc/sys", 1)
-		s = strings.Replace(s, "PIDFILE=/var/run/", "PIDFILE="+fake+"/", 1)
-		s = strings.ReplaceAll(s, "/etc/default/unwound", fake+"/default")
+		s = strings.Replace(s, `PIDFILE="/var/run/`, `PIDFILE="`+fake+"/", 1)
+		s = strings.ReplaceAll(s, "/etc/default/$DAEMON", fake+"/default")
 		path := filepath.Join(fake, "unwound")
 		if err := os.WriteFile(path, []byte(s), 0o755); err != nil {
 			t.Fatal(err)
@@ -254,7 +254,7 @@ func checkInitScript(t *testing.T, dest string) {
 				t.Errorf("%s: init script wrote %q (%v), want %q", file, b, err, want)
 			}
 		}
-		pidfile := filepath.Join(fake, "unwound-uploader.pid")
+		pidfile := filepath.Join(fake, "unwound.pid")
 		if _, err := os.Stat(filepath.Join(dest, "usr/bin/unwound-uploader")); err == nil {
 			// start-stop-daemon -b returns before its child has exec'd the
 			// uploader; -K matches on /proc/PID/exe, so wait for the exec.
@@ -461,6 +461,71 @@ func TestInstallCross(t *testing.T) {
 	kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf"))
 	if want := "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers; kv["kernel.core_pattern"] != want {
 		t.Errorf("core_pattern = %q, want %q", kv["kernel.core_pattern"], want)
+	}
+}
+
+// crossGoWrapper writes a go wrapper made as oe-core's go-cross.inc makes
+// <target>-go: it exports the target's GOARCH and GOOS whatever the caller
+// set, then runs the real go.
+func crossGoWrapper(t *testing.T, dir, name, goarch string) string {
+	t.Helper()
+	real, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	script := "#!/bin/bash\nexport GOARCH=\"" + goarch + "\"\nexport GOOS=\"linux\"\nexport GOARM=\"${GOARM:-}\"\n" + real + " \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestInstallCrossWrapper: make install behind a cross-Go wrapper that
+// forces GOARCH (issue 18). As HOST_GO the wrapper is refused with the real
+// cause; with the host's go as HOST_GO the board binaries come from the
+// wrapper (arm64) and the generator runs here. Scratch files go to
+// INSTALL_WORK.
+func TestInstallCrossWrapper(t *testing.T) {
+	tmp := shortTemp(t)
+	wrapper := crossGoWrapper(t, tmp, "aarch64-poky-linux-go", "arm64")
+	out, err := makeIn(t, repoRoot(t), nil, "install", "DESTDIR="+filepath.Join(tmp, "a"), "INIT=systemd",
+		"GO="+wrapper, "INSTALL_WORK="+filepath.Join(tmp, "wa"))
+	if err == nil {
+		t.Fatalf("make install with the cross wrapper as HOST_GO succeeded:\n%s", out)
+	}
+	for _, want := range []string{"builds for linux/arm64, not for this build host", "cannot be HOST_GO"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make install said:\n%s\nwant %q", out, want)
+		}
+	}
+	if strings.Contains(out, "shorter PREFIX") {
+		t.Errorf("make install blames PREFIX:\n%s", out)
+	}
+	host, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest, work := filepath.Join(tmp, "b"), filepath.Join(tmp, "wb")
+	out, err = makeIn(t, repoRoot(t), nil, "install", "DESTDIR="+dest, "INIT=systemd",
+		"GO="+wrapper, "HOST_GO="+host, "INSTALL_WORK="+work)
+	if err != nil {
+		t.Fatalf("make install GO=<cross wrapper> HOST_GO=go: %v\n%s", err, out)
+	}
+	f, err := elf.Open(filepath.Join(dest, "usr/bin/unwound-handler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_AARCH64 {
+		t.Errorf("installed handler is %v, want EM_AARCH64", f.Machine)
+	}
+	kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf"))
+	if want := "|/usr/bin/unwound-handler --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers; kv["kernel.core_pattern"] != want {
+		t.Errorf("core_pattern = %q, want %q", kv["kernel.core_pattern"], want)
+	}
+	if _, err := os.Stat(filepath.Join(work, "core_pattern")); err != nil {
+		t.Errorf("INSTALL_WORK: %v", err)
 	}
 }
 

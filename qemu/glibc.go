@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/unwound-dev/unwound/internal/fixture"
 )
 
 // guestLibs describes where an architecture's glibc lives on the host and
@@ -39,15 +41,17 @@ func BuildGo(pkg, arch, out string) error {
 
 // AddGlibc puts the architecture's dynamic loader and runtime libraries
 // into the guest at /lib, with the multiarch directory and /lib64 pointing
-// there, and lays hostRoot out the same way (lib -> the cross sysroot), for
-// gdb and offline unwinding of the guest's cores.
+// there, and lays hostRoot out the same way (lib/ holding links to the
+// cross sysroot's files), for gdb and offline unwinding of the guest's
+// cores.
 func AddGlibc(r *Initramfs, arch, hostRoot string) error {
 	l, ok := libsFor[arch]
 	if !ok {
 		return fmt.Errorf("no glibc layout for %s", arch)
 	}
-	os.MkdirAll(hostRoot, 0o755)
-	os.Symlink(l.hostDir, filepath.Join(hostRoot, "lib"))
+	lib := filepath.Join(hostRoot, "lib")
+	os.MkdirAll(lib, 0o755)
+	os.Symlink(".", filepath.Join(lib, l.triplet))
 	os.Symlink("lib", filepath.Join(hostRoot, "lib64"))
 	for _, n := range append([]string{l.interp}, runtimeLibs...) {
 		p, err := filepath.EvalSymlinks(filepath.Join(l.hostDir, n))
@@ -55,6 +59,7 @@ func AddGlibc(r *Initramfs, arch, hostRoot string) error {
 			return fmt.Errorf("%s: %v (install the cross toolchain: make deps)", arch, err)
 		}
 		r.HostFile("/lib/"+n, 0o755, p)
+		os.Symlink(p, filepath.Join(lib, n))
 	}
 	r.Symlink("/lib/"+l.triplet, ".")
 	r.Symlink("/lib64", "lib")
@@ -117,6 +122,7 @@ func AddDebianGlibc(r *Initramfs, arch string, d *DebianLibc, hostRoot string) e
 	if err := os.MkdirAll(hostLib, 0o755); err != nil {
 		return err
 	}
+	os.Symlink(".", filepath.Join(hostLib, l.triplet))
 	os.Symlink("lib", filepath.Join(hostRoot, "lib64"))
 	for _, n := range append([]string{l.interp}, runtimeLibs...) {
 		from := filepath.Join(d.Lib, n)
@@ -147,4 +153,28 @@ func reason(log string) string {
 		}
 	}
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// muslLoaders name musl's dynamic loader (its libc.so) per architecture.
+var muslLoaders = map[string]string{
+	"x86_64":  "ld-musl-x86_64.so.1",
+	"aarch64": "ld-musl-aarch64.so.1",
+	"arm":     "ld-musl-armhf.so.1",
+}
+
+// AddMusl puts musl's dynamic loader into the guest's /lib and hostRoot's,
+// after AddGlibc: the host's musl-tools for x86_64, the musl that
+// testdata/crash/musl.sh unpacked for the others.
+func AddMusl(r *Initramfs, arch, hostRoot string) error {
+	name, ok := muslLoaders[arch]
+	if !ok {
+		return fmt.Errorf("no musl for %s", arch)
+	}
+	p, err := filepath.EvalSymlinks(filepath.Join(fixture.MuslSysroot(arch), "lib", name))
+	if err != nil {
+		return fmt.Errorf("musl for %s: %v (musl-tools; testdata/crash/musl.sh)", arch, err)
+	}
+	r.HostFile("/lib/"+name, 0o755, p)
+	os.Symlink(p, filepath.Join(hostRoot, "lib", name))
+	return nil
 }

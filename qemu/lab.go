@@ -70,7 +70,10 @@ var (
 
 // DefaultCases is the lab's matrix per architecture: the four base
 // variants with every scenario and, on ARM and RISC-V, the extra variants
-// of build.sh (-marm, -notables, -marm-notables) with fewer.
+// of build.sh (-marm, -notables, -marm-notables) with fewer; then the
+// crash matrix's variants (fixture.MatrixVariants: its slice, or all of
+// it with UNWOUND_MATRIX=full) with fixture.MatrixScenarios and "throw".
+// Run skips the matrix variants build.sh could not build here.
 func DefaultCases(arch string) []Case {
 	cs := Matrix(nil, nil)
 	var marm, notables []string
@@ -89,7 +92,20 @@ func DefaultCases(arch string) []Case {
 	if len(notables) > 0 {
 		cs = append(cs, Matrix(notables, noTablesScenarios)...)
 	}
+	for _, v := range fixture.MatrixVariants(arch) {
+		sc := fixture.MatrixScenarios
+		if !fixture.IsMusl(v) { // crashxx is not built against musl
+			sc = append(append([]string(nil), sc...), "throw")
+		}
+		cs = append(cs, Case{v, sc})
+	}
 	return cs
+}
+
+// isMatrix reports whether a variant is one of the crash matrix's
+// (CC-LD-FLAGS-LINK[-musl]) rather than a base variant.
+func isMatrix(variant string) bool {
+	return strings.HasPrefix(variant, "gcc-") || strings.HasPrefix(variant, "clang-")
 }
 
 // LabCrash is one crash's outcome.
@@ -186,23 +202,41 @@ count = 0
 		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
 		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
 	}}
-	n := 0
+	n, addedMusl := 0, false
 	type run struct{ variant, prog, scenario string }
 	var runs []run
 	for _, cs := range cases {
 		v := cs.Variant
+		if _, err := os.Stat(fixture.Binary{Arch: arch, Variant: v, Prog: "crash", Dir: fx}.Stripped()); err != nil && isMatrix(v) {
+			say("matrix variant %s: not built here (see build.sh's output), skipped", v)
+			continue
+		}
+		musl := false
 		for _, prog := range []string{"crash", "crashxx"} {
 			b := fixture.Binary{Arch: arch, Variant: v, Prog: prog, Dir: fx}
 			if _, err := os.Stat(b.Stripped()); err != nil {
+				if prog == "crashxx" && fixture.IsMusl(v) {
+					continue // C only
+				}
 				return nil, fmt.Errorf("variant %s: %w", v, err)
 			}
+			musl = musl || fixture.IsMusl(v)
 			r.HostFile("/bin/"+v+"/"+prog, 0o755, b.Stripped())
 			os.MkdirAll(filepath.Join(res.HostRoot, "bin", v), 0o755)
 			os.Symlink(b.Stripped(), filepath.Join(res.HostRoot, "bin", v, prog))
 		}
+		if musl && !addedMusl {
+			if err := AddMusl(r, arch, res.HostRoot); err != nil {
+				return nil, err
+			}
+			addedMusl = true
+		}
 		for _, sc := range cs.Scenarios {
 			prog := "crash"
 			if sc == "throw" {
+				if fixture.IsMusl(v) {
+					continue
+				}
 				prog = "crashxx"
 			}
 			n++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -96,9 +97,30 @@ func labTest(t *testing.T, l *Lab) {
 	}
 	t.Logf("%s on %s: %d crashes, boot to exit %v", arch, res.Kernel, len(res.Crashes), res.Duration.Round(time.Millisecond))
 	start := time.Now()
+	rows := map[string]*fixture.Figures{}
 	for _, c := range res.Crashes {
 		c := c
+		if isMatrix(c.Variant) {
+			fig := rows[arch+"/"+c.Variant]
+			if fig == nil {
+				fig = &fixture.Figures{}
+				rows[arch+"/"+c.Variant] = fig
+			}
+			t.Run(c.Variant+"/"+c.Scenario+"/"+strconv.Itoa(c.Report.PID), func(t *testing.T) { checkMatrixCrash(t, arch, res, c, fig) })
+			continue
+		}
 		t.Run(c.Variant+"/"+c.Scenario+"/"+strconv.Itoa(c.Report.PID), func(t *testing.T) { checkCrash(t, arch, res, c) })
+	}
+	if len(rows) > 0 {
+		var b strings.Builder
+		fixture.Table(&b, rows)
+		t.Logf("%s on %s, live reports: crashed-thread frames against gdb (or the known call chain where gdb fails):\n%s", arch, res.Kernel, b.String())
+		if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
+			if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(f, "%s on %s\n%s\n", arch, res.Kernel, b.String())
+				f.Close()
+			}
+		}
 	}
 	if arch == "arm" {
 		sameReportOnArm64(t, l, res)
@@ -118,7 +140,9 @@ func labTest(t *testing.T, l *Lab) {
 //     unwind table entry in the file the handler read (tablesJustify).
 //
 // Where the comparison is exact, the crashed thread must also follow the
-// program's known call structure (knownChains), signal frames included.
+// program's known call structure (fixture.KnownChains), signal frames
+// included. The crash matrix's variants are counted instead (figures):
+// a trace may be short, never wrong at high or medium trust.
 func checkCrash(t *testing.T, arch string, res *LabResult, c LabCrash) {
 	rep := c.Report
 	name := c.Variant + "/" + c.Prog + " " + c.Scenario
@@ -160,22 +184,72 @@ func checkCrash(t *testing.T, arch string, res *LabResult, c LabCrash) {
 	}
 }
 
-// knownChains are the crashed thread's functions in the program, innermost
-// first, from crash.c's call structure; "<signal>" is the signal frame,
-// after which the trace must go on in the interrupted code.
-var knownChains = map[string][]string{
-	"nullwrite":   {"null_write", "nw3", "nw2", "nw1", "main"},
-	"abort":       {"ab2", "ab1", "main"},
-	"sighandler":  {"null_write", "in_handler2", "in_handler", "handler", "<signal>", "raiser2", "raiser1", "main"},
-	"sigaltstack": {"null_write", "in_handler2", "in_handler", "handler", "<signal>", "raiser2", "raiser1", "main"},
-	"threads":     {"null_write", "nw3", "nw2", "nw1", "threads", "main"},
-	"alloca":      {"null_write", "vla", "with_alloca", "main"},
-	"nullfn":      {"nf2", "nf1", "main"},
+// checkMatrixCrash counts one crash of a matrix variant into fig: the
+// live report against gdb's walk of the saved core, or against the known
+// call chain where gdb's walk does not follow it (musl's libc has no
+// tables, and gdb has no fallback there). The live and offline unwinds
+// must agree, and no frame may be wrong at high or medium trust.
+func checkMatrixCrash(t *testing.T, arch string, res *LabResult, c LabCrash, fig *fixture.Figures) {
+	rep := c.Report
+	if rep.Handler.Mode != "live" || rep.Arch != arch {
+		t.Errorf("mode %s arch %s errors %v", rep.Handler.Mode, rep.Arch, rep.Errors)
+	}
+	if c.Core == "" {
+		t.Fatalf("no saved core for pid %d", rep.PID)
+	}
+	off, err := handler.Offline(handler.OfflineOptions{CoreFile: c.Core, Sysroot: res.HostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pcsOf(rep) != pcsOf(off) {
+		t.Errorf("live and offline traces differ:\nlive:\n%s\noffline:\n%s", pcsOf(rep), pcsOf(off))
+	}
+	b := fixture.Binary{Arch: arch, Variant: c.Variant, Prog: c.Prog, Dir: res.Fixtures}
+	want, err := fixture.TryOracle(t, b, c.Core, res.HostRoot)
+	chain := fixture.KnownChains[c.Scenario]
+	switch {
+	case errors.Is(err, fixture.ErrGDBTimeout) && chain == nil:
+		t.Skip(err)
+	case err != nil && !errors.Is(err, fixture.ErrGDBTimeout):
+		t.Fatal(err)
+	}
+	before, trusted := len(fig.Cases), 0
+	name := c.Variant + "/" + c.Scenario
+	if want != nil && fixture.GDBFollows(want, c.Scenario) {
+		trusted = fig.AddGDB(name, rep, want)
+	} else {
+		th := rep.Crashed()
+		syms, err := fixture.LoadSymbols(b.Unstripped())
+		if err != nil || th == nil {
+			t.Fatalf("symbols: %v, crashed thread %v", err, th)
+		}
+		mod := -1
+		for i, m := range rep.Modules {
+			if m.Path == rep.Exe {
+				mod = i
+			}
+		}
+		names := syms.Names(rep, th, mod)
+		t.Logf("gdb does not follow %v: counted against it: %v (stop %s: %s)", chain, names, th.StopReason, th.StopDetail)
+		trusted = fig.AddChain(name, rep, names, chain)
+	}
+	for _, w := range fig.Cases[before:] {
+		t.Logf("wrong frame: %s", w)
+	}
+	known, isKnown := fixture.KnownWrong[arch+"/"+c.Variant+"/"+c.Scenario]
+	switch {
+	case trusted > 0 && isKnown:
+		t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
+	case trusted > 0:
+		t.Errorf("wrong frames at high or medium trust:\n%s", pcsOf(rep))
+	case isKnown:
+		t.Errorf("no wrong frame any more: remove this crash from fixture.KnownWrong")
+	}
 }
 
 func knownChain(t *testing.T, b fixture.Binary, rep *report.Report, scenario string) {
 	t.Helper()
-	chain, ok := knownChains[scenario]
+	chain, ok := fixture.KnownChains[scenario]
 	if !ok {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
 )
@@ -54,10 +55,24 @@ type Options struct {
 	WhenFull      string        // EvictOldest (default) or DropNewest
 	AllowVolatile bool          // accept tmpfs/ramfs
 	// Check validates an entry's bytes for Read and Recover: readers set
-	// it to decode.Entry (package report/decode). The handler
-	// only writes and leaves it nil, so it links no zstd decoder; Read
-	// and Recover refuse to run without it.
+	// it to decode.Entry (package report/decode). The handler only writes
+	// and leaves it nil, so it links no zstd decoder; Read and Recover
+	// refuse to run without it.
 	Check func(data []byte) error
+}
+
+// FromConfig is the queue's options as the config sets them; readers add
+// Check.
+func FromConfig(c config.Queue) Options {
+	return Options{
+		MaxEntries:    c.MaxEntries,
+		MaxBytes:      int64(c.MaxBytesKiB) << 10,
+		MinFreeBytes:  int64(c.MinFreeKiB) << 10,
+		MinFreeInodes: int64(c.MinFreeInodes),
+		MaxAge:        c.MaxAge.D(),
+		WhenFull:      c.WhenFull,
+		AllowVolatile: c.AllowVolatile,
+	}
 }
 
 // errNoCheck is Read's and Recover's answer on a queue opened without

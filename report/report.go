@@ -136,7 +136,10 @@ type Thread struct {
 // look up pc-1 for them, as gdb does.
 type Frame struct {
 	PC     Hex    `json:"pc"`
-	Method string `json:"method"`          // context, cfi, ehabi, fp, lr, signal, scan
+	Method string `json:"method"` // context, signal, cfi, ehabi, prologue, lr, fp, scan
+	// Trust: high, medium or low (see docs/report-format.md); absent in
+	// reports from handlers before it was added.
+	Trust  string `json:"trust,omitempty"`
 	Module int    `json:"module"`          // index into modules, -1 when in none
 	Exact  bool   `json:"exact,omitempty"` // PC is not a return address
 	Thumb  bool   `json:"thumb,omitempty"` // ARM32: Thumb state
@@ -177,6 +180,11 @@ func (r *Report) Validate() error {
 		for j, f := range t.Frames {
 			if f.Module < -1 || f.Module >= len(r.Modules) {
 				errs = append(errs, fmt.Errorf("thread %d frame %d: module index %d out of range", i, j, f.Module))
+			}
+			switch f.Trust {
+			case "", "high", "medium", "low":
+			default:
+				errs = append(errs, fmt.Errorf("thread %d frame %d: trust %q", i, j, f.Trust))
 			}
 		}
 		if t.Elided < 0 || t.ElidedAt < 0 || t.ElidedAt > len(t.Frames) {

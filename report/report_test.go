@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/unwound-dev/unwound/report/jsonlite"
@@ -74,7 +75,7 @@ func TestEncodingIsEncodingJSON(t *testing.T) {
 		Signal: Signal{Number: 11, Name: "SIGSEGV", Code: 1, CodeName: "SEGV_MAPERR", FaultAddr: &fa},
 		PID:    1, TID: 2, Comm: "c\u2028\xff", Exe: "/bin/x", Cmdline: []string{"x", "-v"},
 		Modules: []Module{{Path: "/bin/x", BuildID: "ab", BuildIDKind: "gnu", Start: 0x1000, End: 0x2000, RuntimeOffset: 0x1000, Error: "e"}},
-		Threads: []Thread{{TID: 2, Name: "t", Crashed: true, Frames: []Frame{{PC: 0x1004, Method: "context", Exact: true, Thumb: true, Note: "n"}, {PC: 0x1008, Method: "cfi", Module: -1}}, StopReason: "end", StopDetail: "d", Elided: 3, ElidedAt: 1}, {Frames: []Frame{}}},
+		Threads: []Thread{{TID: 2, Name: "t", Crashed: true, Frames: []Frame{{PC: 0x1004, Method: "context", Trust: "high", Exact: true, Thumb: true, Note: "n"}, {PC: 0x1008, Method: "cfi", Module: -1}}, StopReason: "end", StopDetail: "d", Elided: 3, ElidedAt: 1}, {Frames: []Frame{}}},
 		Partial: true, Errors: []string{"x"}, Dropped: map[string]int{"rate_limit": 2, "queue_full": 1},
 		Handler: Handler{Version: "v", Mode: "live", DurationMS: 3, FrozenMS: 1, MaxRSSKiB: 5000},
 	}
@@ -96,5 +97,16 @@ func TestMaskToPage(t *testing.T) {
 		if got := MaskToPage(in); got != want {
 			t.Errorf("MaskToPage(%v) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+func TestValidateTrust(t *testing.T) {
+	r := &Report{Version: Version, ID: strings.Repeat("ab", 16), Threads: []Thread{{Frames: []Frame{{Module: -1, Trust: "high"}, {Module: -1}}}}}
+	if err := r.Validate(); err != nil {
+		t.Errorf("valid trust levels: %v", err)
+	}
+	r.Threads[0].Frames[1].Trust = "certain"
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "trust") {
+		t.Errorf("unknown trust level: %v", err)
 	}
 }

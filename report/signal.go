@@ -5,7 +5,7 @@ import "strconv"
 // Linux signal numbers that are the same on every architecture unwound
 // supports (the generic and x86/arm numbering agree for these). The
 // tables are arrays indexed by number, not maps: a map literal compiles
-// to code that builds it at start-up (4.8 KB of it on 32-bit ARM).
+// to code that builds it at start-up (docs/design.md, "Footprint").
 var signalNames = [...]string{
 	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP",
 	6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1",

@@ -13,8 +13,8 @@ import (
 // --x, -x=v and -x v, bool flags without a value, "--" and the first
 // non-flag ending the options, -h and -help), with the same messages and
 // help text, for the three kinds of option the handler has. The flag
-// package itself costs the board binary about 13 KB (reflection for
-// default values, every Value type). flags_test.go checks both agree.
+// package itself would grow the board binary (reflection for default
+// values, every Value type; docs/design.md, "Footprint"). flags_test.go checks both agree.
 type flagSet struct {
 	name  string
 	out   io.Writer

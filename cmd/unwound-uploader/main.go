@@ -113,7 +113,9 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	daemon := !*once && fs.NArg() == 0
-	q, err := queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+	qopt := queue.FromConfig(cfg.Queue)
+	qopt.Check = decode.Entry
+	q, err := queue.Open(cfg.Queue.Dir, qopt)
 	for err != nil && daemon {
 		// At boot the queue's filesystem may not be mounted yet: a daemon
 		// waits for it instead of dying and being restarted in a loop.
@@ -123,7 +125,7 @@ func run(args []string) int {
 			return 0
 		case <-time.After(30 * time.Second):
 		}
-		q, err = queue.Open(cfg.Queue.Dir, queue.Options{Check: decode.Entry, AllowVolatile: cfg.Queue.AllowVolatile})
+		q, err = queue.Open(cfg.Queue.Dir, qopt)
 	}
 	if err != nil {
 		log.Print(err)
@@ -153,7 +155,7 @@ func run(args []string) int {
 	case "serial":
 		t = serialup.New(serialup.Config{
 			Port: cfg.Serial.Port, Baud: cfg.Serial.Baud, Flow: cfg.Serial.FlowControl,
-			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv()},
+			Proto: serialproto.Options{Name: cfg.DeviceID(), RTO: rtoFromEnv(), Binary: cfg.Serial.Framing == "binary"},
 			Log:   log.Printf, Announce: *once,
 		})
 	case "http":

@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/internal/testbin"
 )
 
 // TestNoHTTPBuild: -tags unwound_nohttp builds a serial-only uploader that
@@ -29,7 +31,5 @@ func TestNoHTTPBuild(t *testing.T) {
 	if testing.Short() {
 		return
 	}
-	if out, err := exec.Command("go", "build", "-tags", "unwound_nohttp", "-o", t.TempDir()+"/", ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags unwound_nohttp: %v\n%s", err, out)
-	}
+	testbin.Build(t, "unwound-uploader", "unwound_nohttp")
 }

@@ -6,14 +6,11 @@ import (
 	"io"
 	"os"
 
-	"github.com/unwound-dev/unwound/uploader/armor"
+	"github.com/unwound-dev/unwound/host/receive"
 )
 
-// extract turns `unwound-uploader dump` output captured from a console
-// back into report files, checking every line's CRC and each report's
-// sha256. For every report it has on disk it prints the board's
-// confirmation (=UNWOUND-ACK) on stdout: fed to `unwound-uploader dump
-// --remove` on the board, it deletes those entries there.
+// extract recovers `unwound-uploader dump` reports from a console log
+// (receive.Extract), printing the board's confirmations on stdout.
 func extract(args []string) error {
 	fs := flag.NewFlagSet("extract", flag.ContinueOnError)
 	out := fs.String("out", ".", "`directory` for the reports (DIR/<id>.json.zst)")
@@ -32,41 +29,15 @@ func extract(args []string) error {
 		defer f.Close()
 		in = f
 	}
-	st, err := newDirStore(*out)
+	st, err := receive.NewStore(*out)
 	if err != nil {
 		return fmt.Errorf("extract: %w", err)
 	}
-	blocks, err := armor.Read(in)
-	if err != nil {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "unwound extract: "+format+"\n", args...)
+	}
+	if err := receive.Extract(in, st, os.Stdout, logf); err != nil {
 		return fmt.Errorf("extract: %w", err)
-	}
-	bad := 0
-	for _, b := range blocks {
-		if b.Err != nil {
-			fmt.Fprintf(os.Stderr, "unwound extract: %v\n", b.Err)
-			bad++
-			continue
-		}
-		r, stored, invalid, err := st.put(b.Data, "")
-		switch {
-		case err != nil:
-			return fmt.Errorf("extract: %w", err)
-		case invalid != nil:
-			fmt.Fprintf(os.Stderr, "unwound extract: %s: %v\n", b.Name, invalid)
-			bad++
-			continue
-		case stored:
-			fmt.Fprintf(os.Stderr, "unwound extract: %s: stored %s\n", b.Name, st.path(r.ID))
-		default:
-			fmt.Fprintf(os.Stderr, "unwound extract: %s: already there (%s)\n", b.Name, st.path(r.ID))
-		}
-		fmt.Println(armor.Ack(b.Name, b.Data))
-	}
-	if bad > 0 {
-		return fmt.Errorf("extract: %d of %d reports damaged", bad, len(blocks))
-	}
-	if len(blocks) == 0 {
-		return fmt.Errorf("extract: no report found")
 	}
 	return nil
 }

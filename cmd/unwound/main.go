@@ -6,6 +6,7 @@
 //	unwound serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
 //	unwound extract [--out DIR] [FILE] < console.log
 //	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+//	unwound minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
 package main
 
 import (
@@ -33,13 +34,15 @@ func main() {
 	case "decode":
 		err = decodeCmd(os.Args[2:])
 	case "receive":
-		err = receive(os.Args[2:])
+		err = receiveCmd(os.Args[2:])
 	case "serve":
 		err = serve(os.Args[2:])
 	case "extract", "undump":
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
+	case "minidebuginfo":
+		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":
 		fmt.Println("unwound", version.Version)
 	case "help", "-h", "--help":
@@ -70,6 +73,10 @@ commands:
   symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
                                         (DEBUGINFOD_URLS: also ask these debuginfod servers)
+  minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
+                                        add MiniDebugInfo (.gnu_debugdata) to a stripped file: the
+                                        symbols .dynsym lacks and the .debug_frame no loaded
+                                        table covers (--symbols-only: as Yocto's)
   version                               print the version
 `)
 }

@@ -71,8 +71,8 @@ func TestSymbolizeCommand(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf("pid %d (crash) SIGSEGV SEGV_MAPERR", r.PID),
 		"(crashed):\n#0  0x",
-		" in null_write at crash.c:23 [context]\n#1  0x",
-		" in nw3 at crash.c:26 [cfi]\n",
+		" in null_write at crash.c:23 [context, high]\n#1  0x",
+		" in nw3 at crash.c:26 [cfi, high]\n",
 		" in main at crash.c:",
 	} {
 		if !strings.Contains(out, want) {
@@ -127,7 +127,7 @@ func TestSymbolizeCommand(t *testing.T) {
 	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), " in null_write at crash.c:23 [context]\n") {
+	if !strings.Contains(text.String(), " in null_write at crash.c:23 [context, high]\n") {
 		t.Errorf("with DEBUGINFOD_URLS:\n%s", text.String())
 	}
 	if _, err := os.Stat(filepath.Join(cache, strings.ToLower(id), "debuginfo")); err != nil {

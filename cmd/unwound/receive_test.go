@@ -3,11 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"math/rand"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,55 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/internal/testbin"
 	"github.com/unwound-dev/unwound/internal/testutil"
-	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/armor"
-	"github.com/unwound-dev/unwound/uploader/httpup"
 )
-
-// The uploader's HTTP transport against serve's handler: token, dedup,
-// an invalid report quarantined.
-func TestServeHandler(t *testing.T) {
-	out := t.TempDir()
-	st, _ := newDirStore(out)
-	hs := httptest.NewServer(reportHandler(st, "tok", t.Logf))
-	defer hs.Close()
-	q := testutil.Queue(t)
-	want := testutil.Fill(t, q, rand.New(rand.NewSource(1)), 3, 40)
-	os.WriteFile(filepath.Join(q.Dir(), "0000000009-00000000.json.zst"), []byte(`{"version":1,"id":"nothex"}`), 0o644)
-
-	bad, _ := httpup.New(httpup.Config{URL: hs.URL, Token: "nope"})
-	u := &uploader.Uploader{Queue: q, Transport: bad, Log: t.Logf}
-	if _, err := u.Drain(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("wrong token: %v", err)
-	}
-	tr, _ := httpup.New(httpup.Config{URL: hs.URL, Token: "tok"})
-	u.Transport = tr
-	s, err := u.Drain(context.Background())
-	if err != nil || s.Delivered != 3 || s.Quarantined != 1 {
-		t.Fatal(s, err)
-	}
-	testutil.Received(t, out, want)
-	// The same report again is a duplicate (200), stored once.
-	for id, b := range want {
-		req, _ := http.NewRequest("POST", hs.URL, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set("X-Unwound-Report-Id", id)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatal(err, resp.Status)
-		}
-		// A mismatching announced id is refused.
-		req, _ = http.NewRequest("POST", hs.URL, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set("X-Unwound-Report-Id", strings.Repeat("0", 32))
-		if resp, _ := http.DefaultClient.Do(req); resp.StatusCode != 400 {
-			t.Fatal(resp.Status)
-		}
-		break
-	}
-	testutil.Received(t, out, want)
-}
 
 // TestDumpExtractConfirm: `unwound-uploader dump --remove` on the board,
 // its output through a console polluted with shell prompts, kernel
@@ -73,17 +25,14 @@ func TestServeHandler(t *testing.T) {
 // forged one) remove exactly the confirmed entries.
 func TestDumpExtractConfirm(t *testing.T) {
 	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "../unwound-uploader", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	uploaderBin, unwoundBin := testbin.Build(t, "unwound-uploader", ""), testbin.Build(t, "unwound", "")
 	q := testutil.Queue(t)
 	want := testutil.Fill(t, q, rand.New(rand.NewSource(2)), 4, 200)
 	names := testutil.Entries(t, q.Dir())
 	cfg := filepath.Join(dir, "unwound.toml")
 	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q.Dir()+"\"\nallow_volatile = true\n"), 0o644)
 
-	dump := exec.Command(dir+"/unwound-uploader", "--config", cfg, "dump", "--remove", "--wait", "60s")
+	dump := exec.Command(uploaderBin, "--config", cfg, "dump", "--remove", "--wait", "60s")
 	stdin, _ := dump.StdinPipe()
 	stdout, _ := dump.StdoutPipe()
 	var dumpLog bytes.Buffer
@@ -121,7 +70,7 @@ func TestDumpExtractConfirm(t *testing.T) {
 	os.WriteFile(logFile, []byte(console.String()), 0o644)
 
 	rx := t.TempDir()
-	ext := exec.Command(dir+"/unwound", "extract", "--out", rx)
+	ext := exec.Command(unwoundBin, "extract", "--out", rx)
 	ext.Stdin = strings.NewReader(console.String())
 	var extErr bytes.Buffer
 	ext.Stderr = &extErr
@@ -155,7 +104,7 @@ func TestDumpExtractConfirm(t *testing.T) {
 		t.Fatalf("dump log:\n%s", &dumpLog)
 	}
 	// The same log via a file argument: the intact ones are already there.
-	if out, err := exec.Command(dir+"/unwound", "extract", "--out", rx, logFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "already there") {
+	if out, err := exec.Command(unwoundBin, "extract", "--out", rx, logFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "already there") {
 		t.Fatalf("extract FILE: %v\n%s", err, out)
 	}
 }
@@ -166,3 +115,5 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }

@@ -48,7 +48,7 @@ func rebuild(c *synthCore) *synthCore {
 	s.addThread(101, 11, regsFor(m, 0x1000))
 	s.addNote("CORE", ntPRPSInfo, s.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
 	s.addNote("CORE", ntSigInfo, s.siginfo(11, 0, 1, 0xdead0))
-	s.addNote("CORE", ntAuxv, s.auxv(6, 4096, AT_SYSINFO_EHDR, 0x7fff0000, 9, 0x401000))
+	s.addNote("CORE", ntAuxv, s.auxv(AT_PAGESZ, 4096, AT_SYSINFO_EHDR, 0x7fff0000, AT_ENTRY, 0x401000))
 	s.addNote("CORE", ntFile, s.ntfile(4096, []FileMapping{
 		{Start: 0x400000, End: 0x401000, Offset: 0, Path: "/usr/bin/crasher"},
 		{Start: 0x401000, End: 0x403000, Offset: 0x1000, Path: "/usr/bin/crasher"},

@@ -93,7 +93,7 @@ type Segment struct {
 	Flags                        elf.ProgFlag
 }
 
-// Auxv returns the value of an auxv tag.
+// AuxvValue returns the value of an auxv tag.
 func (c *Core) AuxvValue(tag uint64) (uint64, bool) {
 	for _, a := range c.Auxv {
 		if a.Tag == tag {
@@ -114,8 +114,13 @@ const (
 	ntARMPACMask = 0x406
 )
 
-// AT_SYSINFO_EHDR is the vDSO's base in the auxiliary vector.
-const AT_SYSINFO_EHDR = 33
+// Auxiliary vector tags (include/uapi/linux/auxvec.h).
+const (
+	AT_PAGESZ       = 6  // the page size
+	AT_ENTRY        = 9  // the program's entry point
+	AT_EXECFN       = 31 // the program's file name, on the stack's top page
+	AT_SYSINFO_EHDR = 33 // the vDSO's base
+)
 
 type header struct {
 	class   elf.Class

@@ -41,33 +41,26 @@ func (c *Core) note(name string, typ uint32, d []byte, lim Limits) error {
 	w := c.ptr()
 	switch {
 	case name == "CORE" && typ == ntPRStatus:
-		regOff := 112
-		if w == 4 {
-			regOff = 72
-		}
-		if len(d) < regOff+w {
+		l := PRStatusOf(c.Class)
+		if len(d) < l.Reg+w {
 			return fmt.Errorf("NT_PRSTATUS of %d bytes is too short", len(d))
 		}
 		if len(c.Threads) >= lim.MaxThreads {
 			c.Skipped++
 			return nil
 		}
-		pidOff := 32
-		if w == 4 {
-			pidOff = 24
-		}
 		t := Thread{
-			TID:    int(int32(c.Order.Uint32(d[pidOff:]))),
-			Signal: int(int16(c.Order.Uint16(d[12:]))),
+			TID:    int(int32(c.Order.Uint32(d[l.PID:]))),
+			Signal: int(int16(c.Order.Uint16(d[l.Cursig:]))),
 		}
 		// pr_reg is followed by pr_fpvalid (an int); take every whole
 		// word up to it.
-		n := (len(d) - regOff - 4) / w
+		n := (len(d) - l.Reg - 4) / w
 		if n > 64 {
 			n = 64
 		}
 		for i := 0; i < n; i++ {
-			t.Regs = append(t.Regs, c.word(d[regOff+i*w:]))
+			t.Regs = append(t.Regs, c.word(d[l.Reg+i*w:]))
 		}
 		c.Threads = append(c.Threads, t)
 	case name == "CORE" && typ == ntPRPSInfo:
@@ -77,11 +70,7 @@ func (c *Core) note(name string, typ uint32, d []byte, lim Limits) error {
 			return fmt.Errorf("NT_SIGINFO of %d bytes is too short", len(d))
 		}
 		si := &SigInfo{Signo: int32(c.Order.Uint32(d)), Errno: int32(c.Order.Uint32(d[4:])), Code: int32(c.Order.Uint32(d[8:]))}
-		addrOff := 16
-		if w == 4 {
-			addrOff = 12
-		}
-		if len(d) >= addrOff+w {
+		if addrOff := siAddrOf(c.Class); len(d) >= addrOff+w {
 			si.Addr = c.word(d[addrOff:])
 		}
 		c.SigInfo = si
@@ -108,27 +97,20 @@ func (c *Core) note(name string, typ uint32, d []byte, lim Limits) error {
 }
 
 func (c *Core) prpsinfo(d []byte) *PRPSInfo {
-	// struct elf_prpsinfo: 64-bit has 32-bit uids at 16; 32-bit ARM and
-	// compat have 16-bit uids (__kernel_uid_t / compat_uid_t).
-	var pi PRPSInfo
-	var pidOff, fnOff int
-	if c.ptr() == 8 {
-		if len(d) < 136 {
-			return nil
-		}
-		pi.UID, pi.GID = c.Order.Uint32(d[16:]), c.Order.Uint32(d[20:])
-		pidOff, fnOff = 24, 40
-	} else {
-		if len(d) < 124 {
-			return nil
-		}
-		pi.UID, pi.GID = uint32(c.Order.Uint16(d[8:])), uint32(c.Order.Uint16(d[10:]))
-		pidOff, fnOff = 12, 28
+	l := prpsinfoOf(c.Class)
+	if len(d) < l.size {
+		return nil
 	}
-	pi.PID = int(int32(c.Order.Uint32(d[pidOff:])))
-	pi.PPID = int(int32(c.Order.Uint32(d[pidOff+4:])))
-	pi.Fname = cstring(d[fnOff : fnOff+16])
-	pi.Args = cstring(d[fnOff+16 : fnOff+16+80])
+	var pi PRPSInfo
+	if l.uid16 {
+		pi.UID, pi.GID = uint32(c.Order.Uint16(d[l.uid:])), uint32(c.Order.Uint16(d[l.uid+2:]))
+	} else {
+		pi.UID, pi.GID = c.Order.Uint32(d[l.uid:]), c.Order.Uint32(d[l.uid+4:])
+	}
+	pi.PID = int(int32(c.Order.Uint32(d[l.pid:])))
+	pi.PPID = int(int32(c.Order.Uint32(d[l.pid+4:])))
+	pi.Fname = cstring(d[l.fname : l.fname+fnameLen])
+	pi.Args = cstring(d[l.fname+fnameLen : l.fname+fnameLen+argsLen])
 	return &pi
 }
 

@@ -185,12 +185,12 @@ func checkThreads(t *testing.T, c *Core, rc realCore, pcIndex int, wantVDSO bool
 	} else if !ok {
 		t.Logf("no AT_SYSINFO_EHDR (qemu before 8.1 gives aarch64 guests no vDSO)")
 	}
-	if v, _ := c.AuxvValue(6); v != 4096 {
+	if v, _ := c.AuxvValue(AT_PAGESZ); v != 4096 {
 		t.Errorf("AT_PAGESZ %d", v)
 	}
 	if ef, err := elf.Open(rc.exe); err == nil {
 		// AT_ENTRY is the executable's entry point, relocated for a PIE.
-		v, _ := c.AuxvValue(9)
+		v, _ := c.AuxvValue(AT_ENTRY)
 		if ef.Type == elf.ET_EXEC && v != ef.Entry || v%4096 != ef.Entry%4096 {
 			t.Errorf("AT_ENTRY %#x, e_entry %#x", v, ef.Entry)
 		}

@@ -78,57 +78,17 @@ func (c *synthCore) put(b []byte, v uint64) []byte {
 	return c.ord().AppendUint32(b, uint32(v))
 }
 
-func (c *synthCore) putAt(b []byte, off int, v uint64) {
-	if c.w() == 8 {
-		c.ord().PutUint64(b[off:], v)
-	} else {
-		c.ord().PutUint32(b[off:], uint32(v))
-	}
-}
-
 func (c *synthCore) addNote(name string, typ uint32, desc []byte) {
 	c.notes = append(c.notes, synthNote{name, typ, desc})
 }
 
-// nregs is the number of pr_reg words for a machine (elf_gregset_t).
-func nregs(m elf.Machine) int {
-	switch m {
-	case elf.EM_X86_64:
-		return 27
-	case elf.EM_AARCH64:
-		return 34
-	case elf.EM_ARM:
-		return 18
-	case elf.EM_RISCV:
-		return 32
-	case elf.EM_386:
-		return 17
-	}
-	panic("nregs: unknown machine")
+// nw writes the core's notes.
+func (c *synthCore) nw() NoteWriter {
+	return NoteWriter{Class: c.class, Order: c.ord(), Machine: c.machine}
 }
 
-// prstatus builds struct elf_prstatus; regs shorter than the machine's
-// gregset are zero-padded.
 func (c *synthCore) prstatus(tid, sig int, regs []uint64) []byte {
-	w := c.w()
-	regOff, pidOff := 112, 32
-	if w == 4 {
-		regOff, pidOff = 72, 24
-	}
-	n := nregs(c.machine)
-	size := regOff + n*w + 4
-	size = (size + w - 1) &^ (w - 1)
-	d := make([]byte, size)
-	o := c.ord()
-	o.PutUint32(d[0:], uint32(sig)) // si_signo
-	o.PutUint16(d[12:], uint16(sig))
-	o.PutUint32(d[pidOff:], uint32(tid))
-	o.PutUint32(d[pidOff+4:], 1)
-	for i := 0; i < n && i < len(regs); i++ {
-		c.putAt(d, regOff+i*w, regs[i])
-	}
-	o.PutUint32(d[regOff+n*w:], 1) // pr_fpvalid
-	return d
+	return c.nw().PRStatus(tid, sig, regs)
 }
 
 func (c *synthCore) addThread(tid, sig int, regs []uint64) {
@@ -136,85 +96,23 @@ func (c *synthCore) addThread(tid, sig int, regs []uint64) {
 }
 
 func (c *synthCore) prpsinfo(pid, ppid int, uid, gid uint32, fname, args string) []byte {
-	o := c.ord()
-	var d []byte
-	var fnOff int
-	if c.w() == 8 {
-		d = make([]byte, 136)
-		o.PutUint32(d[16:], uid)
-		o.PutUint32(d[20:], gid)
-		o.PutUint32(d[24:], uint32(pid))
-		o.PutUint32(d[28:], uint32(ppid))
-		fnOff = 40
-	} else {
-		d = make([]byte, 124)
-		o.PutUint16(d[8:], uint16(uid))
-		o.PutUint16(d[10:], uint16(gid))
-		o.PutUint32(d[12:], uint32(pid))
-		o.PutUint32(d[16:], uint32(ppid))
-		fnOff = 28
-	}
-	d[0], d[1] = 0, 'R'
-	copy(d[fnOff:fnOff+15], fname)
-	copy(d[fnOff+16:fnOff+16+79], args)
-	return d
+	return c.nw().PRPSInfo(pid, ppid, uid, gid, fname, args)
 }
 
 func (c *synthCore) siginfo(signo, errno, code int32, addr uint64) []byte {
-	d := make([]byte, 128)
-	o := c.ord()
-	o.PutUint32(d[0:], uint32(signo))
-	o.PutUint32(d[4:], uint32(errno))
-	o.PutUint32(d[8:], uint32(code))
-	if c.w() == 8 {
-		o.PutUint64(d[16:], addr)
-	} else {
-		o.PutUint32(d[12:], uint32(addr))
-	}
-	return d
+	return c.nw().SigInfo(signo, errno, code, addr)
 }
 
-func (c *synthCore) auxv(pairs ...uint64) []byte {
-	var d []byte
-	for _, v := range pairs {
-		d = c.put(d, v)
-	}
-	d = c.put(d, 0)
-	return c.put(d, 0)
-}
+func (c *synthCore) auxv(pairs ...uint64) []byte { return c.nw().Auxv(pairs...) }
 
 func (c *synthCore) ntfile(page uint64, files []FileMapping) []byte {
-	var d []byte
-	d = c.put(d, uint64(len(files)))
-	d = c.put(d, page)
-	for _, f := range files {
-		d = c.put(d, f.Start)
-		d = c.put(d, f.End)
-		d = c.put(d, f.Offset/page)
-	}
-	for _, f := range files {
-		d = append(d, f.Path...)
-		d = append(d, 0)
-	}
-	return d
+	return c.nw().File(page, files)
 }
 
 func (c *synthCore) noteData() []byte {
 	var b []byte
-	o := c.ord()
 	for _, n := range c.notes {
-		b = o.AppendUint32(b, uint32(len(n.name)+1))
-		b = o.AppendUint32(b, uint32(len(n.desc)))
-		b = o.AppendUint32(b, n.typ)
-		b = append(b, n.name...)
-		b = append(b, 0)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		b = append(b, n.desc...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
+		b = c.nw().AppendNote(b, n.name, n.typ, n.desc)
 	}
 	return b
 }
@@ -226,124 +124,21 @@ func (c *synthCore) sizes() (ehsize, phentsize, shentsize int) {
 	return 52, 32, 40
 }
 
-// header lays the core out and returns everything before the segment data
-// (ELF header, program headers, notes, padding), the total size of the
-// segment data, and the section header to append at the end (nil without
-// PN_XNUM). Segment offsets are filled in.
+// header lays the core out (CoreLayout) and returns everything before the
+// segment data, the total size of the segment data, and the section
+// header to append at the end (nil without PN_XNUM). Segment offsets are
+// filled in.
 func (c *synthCore) header() (hdr []byte, dataSize uint64, shdr []byte) {
-	ehsize, phentsize, shentsize := c.sizes()
-	o := c.ord()
-	nph := 1 + len(c.segs) + c.nullPhdrs
-	xnum := c.xnum || nph >= pnXNum
-	notes := c.noteData()
-	noteOff := uint64(ehsize + nph*phentsize + c.notePad)
-	align := c.align
-	if align == 0 {
-		align = 4096
-	}
-	off := (noteOff + uint64(len(notes)) + align - 1) &^ (align - 1)
-	dataStart := off
-	for i := range c.segs {
-		c.segs[i].offset = off
-		off += c.segs[i].size
-	}
-	dataSize = off - dataStart
-	shoff := uint64(0)
-	if xnum {
-		shoff = off
-	}
-
-	h := make([]byte, ehsize)
-	copy(h, elf.ELFMAG)
-	h[elf.EI_CLASS] = byte(c.class)
-	if c.order == binary.BigEndian {
-		h[elf.EI_DATA] = byte(elf.ELFDATA2MSB)
-	} else {
-		h[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	}
-	h[elf.EI_VERSION] = 1
-	o.PutUint16(h[16:], uint16(elf.ET_CORE))
-	o.PutUint16(h[18:], uint16(c.machine))
-	o.PutUint32(h[20:], 1)
-	phnum := uint16(nph)
-	if xnum {
-		phnum = pnXNum
-	}
-	if c.class == elf.ELFCLASS64 {
-		o.PutUint64(h[32:], uint64(ehsize))
-		o.PutUint64(h[40:], shoff)
-		o.PutUint16(h[52:], uint16(ehsize))
-		o.PutUint16(h[54:], uint16(phentsize))
-		o.PutUint16(h[56:], phnum)
-		if xnum {
-			o.PutUint16(h[58:], uint16(shentsize))
-			o.PutUint16(h[60:], 1)
-		}
-	} else {
-		o.PutUint32(h[28:], uint32(ehsize))
-		o.PutUint32(h[32:], uint32(shoff))
-		o.PutUint16(h[40:], uint16(ehsize))
-		o.PutUint16(h[42:], uint16(phentsize))
-		o.PutUint16(h[44:], phnum)
-		if xnum {
-			o.PutUint16(h[46:], uint16(shentsize))
-			o.PutUint16(h[48:], 1)
-		}
-	}
-	b := bytes.NewBuffer(h)
-	b.Grow(nph*phentsize + c.notePad + len(notes) + 4096)
-	b.Write(c.phdr(elf.PT_NOTE, 0, noteOff, 0, uint64(len(notes)), 0))
+	l := CoreLayout{NoteWriter: c.nw(), Notes: c.noteData(), XNum: c.xnum, NotePad: c.notePad, NullPhdrs: c.nullPhdrs, Align: c.align}
 	for _, s := range c.segs {
-		memsz := s.memsz
-		if memsz == 0 {
-			memsz = s.size
-		}
-		b.Write(c.phdr(elf.PT_LOAD, s.flags, s.offset, s.vaddr, s.size, memsz))
+		l.Segs = append(l.Segs, CoreSegment{Vaddr: s.vaddr, Filesz: s.size, Memsz: s.memsz, Flags: s.flags})
 	}
-	for i := 0; i < c.nullPhdrs; i++ {
-		b.Write(make([]byte, phentsize))
+	hdr, _, shdr = l.Header()
+	for i := range c.segs {
+		c.segs[i].offset = l.Segs[i].Offset
+		dataSize += c.segs[i].size
 	}
-	b.Write(make([]byte, c.notePad))
-	b.Write(notes)
-	b.Write(make([]byte, dataStart-uint64(b.Len())))
-	if xnum {
-		shdr = make([]byte, shentsize)
-		if c.class == elf.ELFCLASS64 {
-			o.PutUint64(shdr[32:], 1) // sh_size = e_shnum
-			o.PutUint32(shdr[44:], uint32(nph))
-		} else {
-			o.PutUint32(shdr[20:], 1)
-			o.PutUint32(shdr[28:], uint32(nph))
-		}
-	}
-	return b.Bytes(), dataSize, shdr
-}
-
-func (c *synthCore) phdr(typ elf.ProgType, flags elf.ProgFlag, off, vaddr, filesz, memsz uint64) []byte {
-	o := c.ord()
-	if c.class == elf.ELFCLASS64 {
-		p := make([]byte, 56)
-		o.PutUint32(p[0:], uint32(typ))
-		o.PutUint32(p[4:], uint32(flags))
-		o.PutUint64(p[8:], off)
-		o.PutUint64(p[16:], vaddr)
-		o.PutUint64(p[32:], filesz)
-		o.PutUint64(p[40:], memsz)
-		o.PutUint64(p[48:], 1)
-		if typ == elf.PT_LOAD {
-			o.PutUint64(p[48:], 4096)
-		}
-		return p
-	}
-	p := make([]byte, 32)
-	o.PutUint32(p[0:], uint32(typ))
-	o.PutUint32(p[4:], uint32(off))
-	o.PutUint32(p[8:], uint32(vaddr))
-	o.PutUint32(p[16:], uint32(filesz))
-	o.PutUint32(p[20:], uint32(memsz))
-	o.PutUint32(p[24:], uint32(flags))
-	o.PutUint32(p[28:], 1)
-	return p
+	return hdr, dataSize, shdr
 }
 
 // reader streams the core without holding the segment data in memory.
@@ -408,7 +203,7 @@ func (r *zeroReader) Read(p []byte) (int, error) {
 
 // regsFor returns a recognisable register set: word i is base+i.
 func regsFor(m elf.Machine, base uint64) []uint64 {
-	r := make([]uint64, nregs(m))
+	r := make([]uint64, GregsetWords(m))
 	for i := range r {
 		r[i] = base + uint64(i)
 	}
@@ -422,7 +217,7 @@ func sampleCore(class elf.Class, m elf.Machine) *synthCore {
 	c.addThread(101, 11, regsFor(m, 0x1000))
 	c.addNote("CORE", ntPRPSInfo, c.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
 	c.addNote("CORE", ntSigInfo, c.siginfo(11, 0, 1, 0xdead0))
-	c.addNote("CORE", ntAuxv, c.auxv(6, 4096, AT_SYSINFO_EHDR, 0x7fff0000, 9, 0x401000))
+	c.addNote("CORE", ntAuxv, c.auxv(AT_PAGESZ, 4096, AT_SYSINFO_EHDR, 0x7fff0000, AT_ENTRY, 0x401000))
 	c.addNote("CORE", ntFile, c.ntfile(4096, []FileMapping{
 		{Start: 0x400000, End: 0x401000, Offset: 0, Path: "/usr/bin/crasher"},
 		{Start: 0x401000, End: 0x403000, Offset: 0x1000, Path: "/usr/bin/crasher"},

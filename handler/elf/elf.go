@@ -4,7 +4,7 @@
 // gABI ("Object Files") and debug/elf, so a reader of either finds the code.
 //
 // Why not debug/elf: it links debug/dwarf, compress/zlib, compress/flate and
-// internal/zstd (about 200 KB of a 32-bit ARM handler) for compressed
+// internal/zstd (docs/design.md, "Footprint") for compressed
 // sections and DWARF the handler never reads, and it trusts the counts in
 // the headers. Here the input is hostile (files mapped by a crashing,
 // possibly compromised process): every count, offset and size is checked

@@ -284,7 +284,7 @@ func Install(o Options) error {
 		}
 		o.say("queue: created %s (0700)", cfg.Queue.Dir)
 	}
-	if _, err := queue.Open(qdir, queue.Options{AllowVolatile: cfg.Queue.AllowVolatile}); err != nil {
+	if _, err := queue.Open(qdir, queue.FromConfig(cfg.Queue)); err != nil {
 		return err
 	}
 

@@ -6,63 +6,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/internal/testbin"
 )
 
 // These tests install into scratch roots (--root) and, for applying
 // settings, into a fake /proc/sys: never the host's. The real apply runs
 // in a QEMU guest (qemu.TestInstallGuest).
 
-var (
-	buildOnce sync.Once
-	built     string
-	buildErr  error
-)
-
-// handlerBinary builds cmd/unwound-handler once per run.
+// handlerBinary is cmd/unwound-handler, built once per test process.
 func handlerBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "uwinst")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		built = filepath.Join(dir, "unwound-handler")
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", built, "./cmd/unwound-handler")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = &buildError{string(out), err}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return built
+	return testbin.Build(t, "unwound-handler", "")
 }
 
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if built != "" {
-		os.RemoveAll(filepath.Dir(built))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // scratchRoot is a board root with the handler in /usr/bin and a config
 // that accepts a queue on the test machine's (possibly tmpfs) disk.

@@ -12,10 +12,12 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
 // The self-test: before `install` points the kernel at the handler, the
@@ -68,12 +70,6 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 	start := time.Now()
 	w := a.PtrSize
 	ord := order(a)
-	put := func(b []byte, v uint64) []byte {
-		if w == 8 {
-			return ord.AppendUint64(b, v)
-		}
-		return ord.AppendUint32(b, uint32(v))
-	}
 	prog := syntheticProgram(a)
 
 	// The crashing thread: f0 called from f1, called from f2, the
@@ -96,42 +92,18 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 	// The other thread sits in the outermost function.
 	otherPC, otherSP := funcAddr(2)+4, uint64(stackTop-0x100)
 
-	var notes bytes.Buffer
-	addNote := func(name string, typ uint32, desc []byte) {
-		b := ord.AppendUint32(nil, uint32(len(name)+1))
-		b = ord.AppendUint32(b, uint32(len(desc)))
-		b = ord.AppendUint32(b, typ)
-		b = append(b, name...)
-		b = append(b, 0)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		b = append(b, desc...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		notes.Write(b)
-	}
-	addNote("CORE", uint32(elf.NT_PRSTATUS), prstatus(a, tidMain, sigSEGV, pcs[0], sp0))
-	addNote("CORE", uint32(elf.NT_PRPSINFO), prpsinfo(a, tidMain, "crash"))
-	si := make([]byte, 128)
-	ord.PutUint32(si[0:], sigSEGV)
-	ord.PutUint32(si[8:], 1) // SEGV_MAPERR
-	addNote("CORE", 0x53494749 /* NT_SIGINFO */, si)
-	var auxv []byte
-	for _, v := range []uint64{6 /* AT_PAGESZ */, 4096, 9 /* AT_ENTRY */, funcAddr(2), 0, 0} {
-		auxv = put(auxv, v)
-	}
-	addNote("CORE", 6 /* NT_AUXV */, auxv)
-	var ntfile []byte
-	for _, v := range []uint64{1, 4096, progBase, progBase + uint64(len(prog)+4095)&^4095, 0} {
-		ntfile = put(ntfile, v)
-	}
-	ntfile = append(ntfile, progPath+"\x00"...)
-	addNote("CORE", 0x46494c45 /* NT_FILE */, ntfile)
-	addNote("CORE", uint32(elf.NT_PRSTATUS), prstatus(a, tidOther, 0, otherPC, otherSP))
+	nw := coredump.NoteWriter{Class: elfClass(a), Order: a.Order, Machine: a.Machine}
+	var notes []byte
+	addNote := func(name string, typ uint32, desc []byte) { notes = nw.AppendNote(notes, name, typ, desc) }
+	addNote("CORE", uint32(elf.NT_PRSTATUS), nw.PRStatus(tidMain, sigSEGV, gregs(a, pcs[0], sp0)))
+	addNote("CORE", uint32(elf.NT_PRPSINFO), nw.PRPSInfo(tidMain, 1, 0, 0, "crash", progPath))
+	addNote("CORE", 0x53494749 /* NT_SIGINFO */, nw.SigInfo(sigSEGV, 0, 1 /* SEGV_MAPERR */, 0))
+	addNote("CORE", 6 /* NT_AUXV */, nw.Auxv(coredump.AT_PAGESZ, 4096, coredump.AT_ENTRY, funcAddr(2)))
+	addNote("CORE", 0x46494c45 /* NT_FILE */, nw.File(4096, []coredump.FileMapping{
+		{Start: progBase, End: progBase + uint64(len(prog)+4095)&^4095, Path: progPath}}))
+	addNote("CORE", uint32(elf.NT_PRSTATUS), nw.PRStatus(tidOther, 0, gregs(a, otherPC, otherSP)))
 
-	core := coreFile(a, notes.Bytes(), stackLo, stack)
+	core := coreFile(nw, notes, stackLo, stack)
 	src := func(m *module.Module) (io.ReaderAt, io.Closer, error) {
 		if m.Path != progPath {
 			return nil, nil, fmt.Errorf("%s: not the self-test's program", m.Path)
@@ -157,9 +129,10 @@ func SelfTest(a *arch.Arch) (*SelfTestResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("self-test: encoding the report: %v", err)
 	}
-	// Not decoded back here: the zstd decoder would add a few hundred KiB
-	// to the handler (report's own tests decode what Encode writes).
-	if !bytes.HasPrefix(enc, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+	// Not decoded back here: the zstd decoder stays out of the handler
+	// (docs/design.md, "Footprint"; report's own tests decode what
+	// Encode writes).
+	if !bytes.HasPrefix(enc, []byte(zstdenc.Magic)) {
 		return nil, fmt.Errorf("self-test: the encoded report is not a zstd frame")
 	}
 	return &SelfTestResult{Arch: a.Name, Frames: len(r.Crashed().Frames), ReportSize: len(enc), Duration: time.Since(start)}, nil
@@ -231,62 +204,24 @@ func order(a *arch.Arch) interface {
 	return binary.LittleEndian
 }
 
-// nregs is the number of pr_reg words (elf_gregset_t) per machine.
-func nregs(a *arch.Arch) int {
-	switch a.Machine {
-	case elf.EM_X86_64:
-		return 27
-	case elf.EM_AARCH64:
-		return 34
-	case elf.EM_ARM:
-		return 18
-	}
-	return 32 // riscv64
-}
-
-// prstatus builds struct elf_prstatus for a thread with pc and sp set.
-func prstatus(a *arch.Arch, tid, sig int, pc, sp uint64) []byte {
-	w := a.PtrSize
-	regOff, pidOff := 112, 32
-	if w == 4 {
-		regOff, pidOff = 72, 24
-	}
-	n := nregs(a)
-	d := make([]byte, (regOff+n*w+4+w-1)&^(w-1))
-	a.Order.PutUint32(d[0:], uint32(sig))
-	a.Order.PutUint16(d[12:], uint16(sig))
-	a.Order.PutUint32(d[pidOff:], uint32(tid))
-	a.Order.PutUint32(d[pidOff+4:], 1)
-	set := func(i int, v uint64) {
-		if w == 8 {
-			a.Order.PutUint64(d[regOff+i*w:], v)
-		} else {
-			a.Order.PutUint32(d[regOff+i*w:], uint32(v))
-		}
-	}
-	for i, r := range a.PRStatus {
-		if r == a.SP {
-			set(i, sp)
-		}
-	}
-	set(a.PRStatusPC, pc)
-	a.Order.PutUint32(d[regOff+n*w:], 1) // pr_fpvalid
-	return d
-}
-
-func prpsinfo(a *arch.Arch, pid int, fname string) []byte {
-	var d []byte
-	var pidOff, fnOff int
+// elfClass is a's ELF class.
+func elfClass(a *arch.Arch) elf.Class {
 	if a.PtrSize == 8 {
-		d, pidOff, fnOff = make([]byte, 136), 24, 40
-	} else {
-		d, pidOff, fnOff = make([]byte, 124), 12, 28
+		return elf.ELFCLASS64
 	}
-	a.Order.PutUint32(d[pidOff:], uint32(pid))
-	a.Order.PutUint32(d[pidOff+4:], 1)
-	copy(d[fnOff:fnOff+15], fname)
-	copy(d[fnOff+16:fnOff+16+79], progPath)
-	return d
+	return elf.ELFCLASS32
+}
+
+// gregs is a thread's pr_reg with pc and sp set.
+func gregs(a *arch.Arch, pc, sp uint64) []uint64 {
+	r := make([]uint64, coredump.GregsetWords(a.Machine))
+	for i, n := range a.PRStatus {
+		if n == a.SP {
+			r[i] = sp
+		}
+	}
+	r[a.PRStatusPC] = pc
+	return r
 }
 
 // elfHeader returns an ELF header for a of type typ with phnum program
@@ -488,24 +423,13 @@ func syntheticProgram(a *arch.Arch) []byte {
 	return file
 }
 
-// coreFile lays a core out as the kernel does: ELF header, PT_NOTE first,
-// then PT_LOADs, notes, padding to a page, segment data in header order.
-// The program's mapping is a PT_LOAD without file data (text is not
-// dumped); the stack is.
-func coreFile(a *arch.Arch, notes []byte, stackLo uint64, stack []byte) []byte {
-	ehsize, phentsize := 52, 32
-	if a.PtrSize == 8 {
-		ehsize, phentsize = 64, 56
-	}
-	noteOff := uint64(ehsize + 3*phentsize)
-	dataOff := (noteOff + uint64(len(notes)) + 4095) &^ 4095
-	var b bytes.Buffer
-	b.Write(elfHeader(a, elf.ET_CORE, 0, 3, 0, 0, 0))
-	b.Write(phdr(a, elf.PT_NOTE, 0, noteOff, 0, uint64(len(notes)), 0, 1))
-	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_X, dataOff, progBase, 0, 4096, 4096))
-	b.Write(phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_W, dataOff, stackLo, uint64(len(stack)), uint64(len(stack)), 4096))
-	b.Write(notes)
-	b.Write(make([]byte, dataOff-uint64(b.Len())))
-	b.Write(stack)
-	return b.Bytes()
+// coreFile is the core (coredump.CoreLayout): the program's mapping is a
+// PT_LOAD without file data (text is not dumped); the stack is dumped.
+func coreFile(nw coredump.NoteWriter, notes []byte, stackLo uint64, stack []byte) []byte {
+	l := coredump.CoreLayout{NoteWriter: nw, Notes: notes, Segs: []coredump.CoreSegment{
+		{Vaddr: progBase, Memsz: 4096, Flags: elf.PF_R | elf.PF_X},
+		{Vaddr: stackLo, Filesz: uint64(len(stack)), Flags: elf.PF_R | elf.PF_W},
+	}}
+	hdr, _, _ := l.Header()
+	return append(hdr, stack...)
 }

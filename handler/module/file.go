@@ -30,6 +30,7 @@ type File struct {
 	r     io.ReaderAt
 
 	BuildID []byte // NT_GNU_BUILD_ID, nil when absent
+	Entry   uint64 // e_entry: _start, the outermost frame of the main thread
 
 	EHFrame    *cfi.Table // .eh_frame (through .eh_frame_hdr when present)
 	DebugFrame *cfi.Table // .debug_frame, in unstripped files
@@ -42,8 +43,15 @@ type File struct {
 	EHABI *ehabi.Table
 
 	symtabs    []elf.SectionHeader // .symtab, .dynsym, for FuncStart
+	hasSymtab  bool                // not stripped: MiniDebugInfo adds nothing
 	symsLoaded bool
 	funcs      []uint64 // function starts, sorted (FuncStart)
+
+	// MiniDebugInfo (minidebuginfo.go): .gnu_debugdata, read on first use.
+	mdiSec  elf.SectionHeader
+	mdiDone bool
+	mdi     *miniDebugInfo
+	mdiErr  error
 
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
@@ -92,7 +100,7 @@ func Load(r io.ReaderAt) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r}
+	f := &File{Machine: ef.Machine, Class: ef.Class, Order: ef.ByteOrder, r: r, Entry: ef.Entry}
 	var hdrProg *elf.Prog
 	for _, p := range ef.Progs {
 		switch p.Type {
@@ -106,7 +114,11 @@ func Load(r io.ReaderAt) (*File, error) {
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		if s := ef.SectionByType(typ); s != nil {
 			f.symtabs = append(f.symtabs, s.SectionHeader)
+			f.hasSymtab = f.hasSymtab || typ == elf.SHT_SYMTAB
 		}
+	}
+	if s := ef.Section(".gnu_debugdata"); s != nil && s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_COMPRESSED == 0 {
+		f.mdiSec = s.SectionHeader
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
 
@@ -120,7 +132,7 @@ func Load(r io.ReaderAt) (*File, error) {
 		hdrAddr = hdrProg.Vaddr
 	}
 	if eh == nil && hdr != nil {
-		eh, ehAddr = f.ehFrameFromHdr(hdr, hdrAddr)
+		eh, ehAddr = f.ehFrameFromHdr(hdr, hdrAddr, ca)
 	}
 	if len(eh) > 0 {
 		t, err := cfi.NewEHFrame(eh, ehAddr, hdr, hdrAddr, ca)
@@ -188,8 +200,9 @@ func ptrSize(c elf.Class) int {
 
 // sectionData reads a section's bytes as they are in the file. Compressed
 // sections (SHF_COMPRESSED, only ever .debug_* ones) are skipped: their
-// zlib and zstd decoders would cost the handler 110 KB for a table that
-// .eh_frame or .ARM.exidx provide too, and stripped binaries have none.
+// zlib and zstd decoders would grow the handler (docs/design.md,
+// "Footprint") for a table that .eh_frame or .ARM.exidx provide too, and
+// stripped binaries have none.
 func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	s := ef.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 || s.Size == 0 || s.Size > MaxSection {
@@ -202,25 +215,10 @@ func sectionData(ef *elf.File, name string) ([]byte, uint64) {
 	return b, s.Addr
 }
 
-// ehFrameFromHdr reads .eh_frame from the address in an .eh_frame_hdr
-// (LSB 5.0 "eh_frame_hdr"): version 1, then the encoded eh_frame_ptr.
-func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64) ([]byte, uint64) {
-	if len(hdr) < 8 || hdr[0] != 1 {
-		return nil, 0
-	}
-	var addr uint64
-	switch hdr[1] {
-	case 0x1b: // pcrel | sdata4
-		addr = hdrAddr + 4 + uint64(int64(int32(f.Order.Uint32(hdr[4:]))))
-	case 0x03: // udata4
-		addr = uint64(f.Order.Uint32(hdr[4:]))
-	case 0x00: // absptr
-		if f.Class == elf.ELFCLASS32 {
-			addr = uint64(f.Order.Uint32(hdr[4:]))
-		} else if len(hdr) >= 12 {
-			addr = f.Order.Uint64(hdr[4:])
-		}
-	default:
+// ehFrameFromHdr reads .eh_frame from the address an .eh_frame_hdr gives.
+func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64, ca cfi.Arch) ([]byte, uint64) {
+	addr, err := cfi.EHFramePtr(hdr, hdrAddr, ca)
+	if err != nil {
 		return nil, 0
 	}
 	for _, s := range f.loads {

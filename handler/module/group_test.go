@@ -180,8 +180,8 @@ func TestGroupDegenerate(t *testing.T) {
 	if len(mods) != 1 || mods[0].Path != "/a" || mods[0].RuntimeOffset != 0x5000 {
 		t.Errorf("%v", mods)
 	}
-	if got := cleanPath("/tmp/x (deleted)"); got != "/tmp/x" {
-		t.Errorf("cleanPath %q", got)
+	if got := CleanPath("/tmp/x (deleted)"); got != "/tmp/x" {
+		t.Errorf("CleanPath %q", got)
 	}
 }
 

@@ -102,23 +102,85 @@ func Find(mods []*Module, pc uint64) int {
 	return -1
 }
 
-// placeFile fixes the module's offsets from the file's executable segment:
-// the mapping holding that segment's file offset gives the runtime offset.
+// placeFile fixes the module's offsets from the file's executable segment.
+//
+// A mapping maps file offset mp.Offset at mp.Start, so the mapping that
+// holds segment x gives the load bias mp.Start + (x.Off − mp.Offset) −
+// x.Vaddr. Several mappings may hold x's file offset: lld (by default) and
+// mold pack segments so that one file page is mapped twice, as the tail of
+// the r-- segment and the head of the r-x one, at different addresses.
+// Each candidate is therefore checked against the whole file: under its
+// bias, how many PT_LOAD segments sit at an address whose mapping maps
+// their file offset there. The best fit wins; executable permissions (from
+// /proc/<pid>/maps; NT_FILE has none) break ties. Candidates and segments
+// are capped (a real file has two of the one, a handful of the other), so
+// a hostile core listing one path many times costs little.
 func (m *Module) placeFile(f *File) error {
 	x, ok := f.execSegment()
 	if !ok {
 		return fmt.Errorf("no executable PT_LOAD")
 	}
 	m.CompiledOffset = x.Vaddr - x.Off
-	for _, mp := range m.Maps {
-		if x.Off >= mp.Offset && x.Off < mp.Offset+(mp.End-mp.Start) {
-			m.RuntimeOffset = mp.Start - mp.Offset
-			return nil
+	const maxCandidates = 16
+	best, bestScore, tried := -1, 0, 0
+	for i, mp := range m.Maps {
+		if x.Off < mp.Offset || x.Off-mp.Offset >= mp.End-mp.Start {
+			continue
 		}
+		if tried++; tried > maxCandidates {
+			break
+		}
+		bias := mp.Start + (x.Off - mp.Offset) - x.Vaddr
+		score := 2 * m.fits(f, bias)
+		if strings.Contains(mp.Perms, "x") {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	if best >= 0 {
+		mp := m.Maps[best]
+		m.RuntimeOffset = mp.Start - mp.Offset
+		return nil
 	}
 	// NT_FILE may omit the mapping (a partial dump); fall back to the
 	// first mapping, right for every file whose segments keep
 	// p_vaddr − p_offset constant (GNU ld's default).
 	m.RuntimeOffset = m.Maps[0].Start - m.Maps[0].Offset
 	return nil
+}
+
+// Error is what the report says went wrong with the module: why its file
+// could not be loaded or, once loaded, why its MiniDebugInfo could not be
+// used (the unwinder went on with the file's other tables).
+func (m *Module) Error() error {
+	if m.Err != nil || m.File == nil {
+		return m.Err
+	}
+	return m.File.MiniDebugInfoError()
+}
+
+// fits counts the file's PT_LOAD segments (the first 32) whose first byte,
+// under the load bias, lies in a mapping that maps the segment's file
+// offset there. m.Maps is in address order (Group sorts it).
+func (m *Module) fits(f *File, bias uint64) int {
+	n := 0
+	for i, s := range f.loads {
+		if i >= 32 {
+			break
+		}
+		if s.Filesz == 0 {
+			continue
+		}
+		addr := s.Vaddr + bias
+		j := sort.Search(len(m.Maps), func(j int) bool { return m.Maps[j].End > addr })
+		if j < len(m.Maps) {
+			mp := m.Maps[j]
+			if addr >= mp.Start && mp.Offset+(addr-mp.Start) == s.Off {
+				n++
+			}
+		}
+	}
+	return n
 }

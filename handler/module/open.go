@@ -23,7 +23,7 @@ func ProcSources(pid int) []Source {
 			return openFile(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, mp.Start, mp.End))
 		},
 		func(m *Module) (io.ReaderAt, io.Closer, error) {
-			return openInRoot(fmt.Sprintf("/proc/%d/root", pid), cleanPath(m.Path))
+			return openInRoot(fmt.Sprintf("/proc/%d/root", pid), CleanPath(m.Path))
 		},
 	}
 }
@@ -40,12 +40,12 @@ func SysrootSource(sysroot string, override map[string]string) Source {
 		if p, ok := override[m.Path]; ok {
 			return openFile(p)
 		}
-		r, c, err := openInRoot(sysroot, cleanPath(m.Path))
+		r, c, err := openInRoot(sysroot, CleanPath(m.Path))
 		if err == nil {
 			return r, c, nil
 		}
 		root := filepath.Clean(sysroot)
-		p := filepath.Join(root, cleanPath(m.Path))
+		p := filepath.Join(root, CleanPath(m.Path))
 		if p != root && !strings.HasPrefix(p, root+string(filepath.Separator)) && root != string(filepath.Separator) {
 			return nil, nil, err
 		}
@@ -56,8 +56,8 @@ func SysrootSource(sysroot string, override map[string]string) Source {
 	}
 }
 
-// cleanPath drops the kernel's " (deleted)" suffix.
-func cleanPath(p string) string { return strings.TrimSuffix(p, " (deleted)") }
+// CleanPath drops the kernel's " (deleted)" suffix.
+func CleanPath(p string) string { return strings.TrimSuffix(p, " (deleted)") }
 
 // Load opens the module's file from the first source that has it, reads
 // its identity and tables, and places it in the address space. Failures are

@@ -1,6 +1,8 @@
 package module
 
 import (
+	"encoding/binary"
+	"io"
 	"sort"
 
 	"github.com/unwound-dev/unwound/handler/elf"
@@ -11,14 +13,22 @@ import (
 const maxSymbols = 1 << 17
 
 // FuncStart returns the start of the function holding vaddr (a file
-// address), from .symtab or, in stripped files, .dynsym: the prologue
-// analyzers need it where unwind tables leave a function out (glibc's
-// abort on armhf, much of riscv64's libc). ok is false when no symbol
-// precedes vaddr within its executable segment.
+// address), from .symtab or, in stripped files, .dynsym and the .symtab of
+// the file's MiniDebugInfo: the prologue analyzers, the EHABI check and
+// call-site validation need it where unwind tables leave a function out
+// (glibc's abort on armhf, much of riscv64's libc). ok is false when no
+// symbol precedes vaddr.
 func (f *File) FuncStart(vaddr uint64) (uint64, bool) {
 	if !f.symsLoaded {
 		f.symsLoaded = true
-		f.funcs = f.loadFuncStarts()
+		f.funcs = funcStarts(f.r, f.symtabs, f.Class, f.Order)
+		if !f.hasSymtab {
+			if m := f.miniDebugInfo(); m != nil {
+				f.funcs = append(f.funcs, m.funcs...)
+			}
+		}
+		sort.Slice(f.funcs, func(i, j int) bool { return f.funcs[i] < f.funcs[j] })
+		f.funcs = dedup(f.funcs)
 	}
 	i := sort.Search(len(f.funcs), func(i int) bool { return f.funcs[i] > vaddr }) - 1
 	if i < 0 {
@@ -27,16 +37,27 @@ func (f *File) FuncStart(vaddr uint64) (uint64, bool) {
 	return f.funcs[i], true
 }
 
-// loadFuncStarts reads the symbol tables' entries directly (ELF gABI
-// "Symbol Table"), a page at a time, without their names: holding every
-// name would cost memory the handler does not need.
-func (f *File) loadFuncStarts() []uint64 {
+// dedup drops repeats from a sorted slice.
+func dedup(s []uint64) []uint64 {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// funcStarts reads the FUNC symbols' values from symbol tables directly
+// (ELF gABI "Symbol Table"), a page at a time, without their names:
+// holding every name would cost memory the handler does not need.
+func funcStarts(r io.ReaderAt, symtabs []elf.SectionHeader, class elf.Class, order binary.ByteOrder) []uint64 {
 	entSize := uint64(16)
-	if f.Class == elf.ELFCLASS64 {
+	if class == elf.ELFCLASS64 {
 		entSize = 24
 	}
 	var starts []uint64
-	for _, s := range f.symtabs {
+	for _, s := range symtabs {
 		if s.Flags&elf.SHF_COMPRESSED != 0 {
 			continue
 		}
@@ -50,7 +71,7 @@ func (f *File) loadFuncStarts() []uint64 {
 			if left := (n - i) * entSize; left < uint64(len(chunk)) {
 				chunk = chunk[:left]
 			}
-			if _, err := f.r.ReadAt(chunk, int64(s.Offset+i*entSize)); err != nil {
+			if _, err := r.ReadAt(chunk, int64(s.Offset+i*entSize)); err != nil {
 				break
 			}
 			for e := chunk; len(e) >= int(entSize); e = e[entSize:] {
@@ -58,9 +79,9 @@ func (f *File) loadFuncStarts() []uint64 {
 				var info byte
 				var shndx uint16
 				if entSize == 16 {
-					value, info, shndx = uint64(f.Order.Uint32(e[4:])), e[12], f.Order.Uint16(e[14:])
+					value, info, shndx = uint64(order.Uint32(e[4:])), e[12], order.Uint16(e[14:])
 				} else {
-					info, shndx, value = e[4], f.Order.Uint16(e[6:]), f.Order.Uint64(e[8:])
+					info, shndx, value = e[4], order.Uint16(e[6:]), order.Uint64(e[8:])
 				}
 				if elf.ST_TYPE(info) == elf.STT_FUNC && value != 0 && elf.SectionIndex(shndx) != elf.SHN_UNDEF {
 					starts = append(starts, value&^1) // ARM: Thumb functions have bit 0 set
@@ -69,6 +90,5 @@ func (f *File) loadFuncStarts() []uint64 {
 			i += uint64(len(chunk)) / entSize
 		}
 	}
-	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
 	return starts
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/handler/unwind/cfi"
 	"github.com/unwound-dev/unwound/handler/unwind/ehabi"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
@@ -14,6 +15,8 @@ import (
 
 type unwinder struct {
 	p     *Process
+	list  []strategy
+	f     frame // the frame being unwound
 	tried map[*module.Module]bool
 	rows  map[rowKey]rowVal
 	// notTramp caches PCs whose code is not a signal trampoline.
@@ -34,83 +37,49 @@ func (u *unwinder) module(pc uint64) (int, *module.Module) {
 	return mi, m
 }
 
-// step recovers the caller of cur. Strategies, in order: the signal
-// trampoline (by its instruction bytes), DWARF CFI (.debug_frame, then
-// .eh_frame), the link register for a first frame outside every module
-// (a call through a wild pointer), then the frame-pointer chain.
-func (u *unwinder) step(cur state, first bool) (state, string, error) {
-	a := u.p.Arch
+// step recovers the caller of cur with the first strategy that succeeds.
+// When all fail, the error's detail says why each one did.
+func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 	mi, m := u.module(cur.pc)
-	if mi < 0 {
-		// Trampolines on pages of their own, outside every file: ARM's
-		// [sigpage], qemu-user's sigtramp page. Their code is in memory.
-		if next, ok, err := u.sigreturn(nil, cur); ok {
-			return next, MethodSignal, err
-		}
-		if first {
-			// PC 0 or garbage: the call that jumped there left its return
-			// address in LR, or at [SP] on x86.
-			if next, err := u.fromLR(cur); err == nil {
-				return next, MethodLR, nil
-			}
-		}
-		return state{}, "", &stepError{StopOutside, "the pc is in no module"}
-	}
-	if next, ok, err := u.sigreturn(m, cur); ok {
-		return next, MethodSignal, err
-	}
-	var why error
-	if m.File != nil {
-		next, err := u.cfi(m, cur)
+	// The frame lives in the unwinder: strategies take it through an
+	// interface, and a fresh one per step would be a heap allocation.
+	u.f = frame{cur: cur, first: first, mi: mi, m: m}
+	f := &u.f
+	var why []string
+	for _, s := range u.list {
+		next, err := s.step(u, f)
 		if err == nil {
-			return next, MethodCFI, nil
+			return next, s, nil
+		}
+		if errors.Is(err, errSkip) {
+			continue
 		}
 		var se *stepError
 		if errors.As(err, &se) {
-			return state{}, "", err
+			return state{}, s, err
 		}
-		why = err
-	} else {
-		why = fmt.Errorf("%s: %v", m.Path, m.Err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, s.name()+": ") {
+			msg = s.name() + ": " + msg
+		}
+		why = append(why, msg)
 	}
-	if m.File != nil && m.File.EHABI != nil {
-		next, err := u.ehabi(m, cur)
-		if err == nil {
-			return next, MethodEHABI, nil
-		}
-		var se *stepError
-		if errors.As(err, &se) {
-			return state{}, "", err
-		}
-		why = err
-	}
-	if m.File != nil && a.Prologue != nil {
-		next, err := u.prologue(m, cur, first)
-		if err == nil {
-			return next, MethodPrologue, nil
-		}
-		if errors.Is(why, ehabi.ErrCantUnwind) && !first {
-			// gdb ends here too: _start and friends are CANTUNWIND and
-			// save no return address.
-			return state{}, "", &stepError{StopEndOfStack, why.Error()}
-		}
-	}
-	if first && a.LR >= 0 {
-		// A leaf function keeps its return address in LR; without unwind
-		// info that is the best first step (gdb does the same).
-		if next, err := u.fromLR(cur); err == nil && module.Find(u.p.Modules, next.pc) >= 0 {
-			return next, MethodLR, nil
-		}
-	}
-	if next, err := u.framePointer(cur); err == nil {
-		return next, MethodFP, nil
-	}
-	detail := why.Error()
-	if !strings.Contains(detail, m.Path) {
+	reason := StopNoUnwindInfo
+	where := "the pc is in no module"
+	switch {
+	case mi < 0:
+		reason = StopOutside
+	case f.outermost || f.cantUnwind:
+		reason = StopEndOfStack
+		where = m.Path
+	default:
 		// Say plainly which module had no unwind information.
-		detail = m.Path + ": " + detail
+		where = m.Path
 	}
-	return state{}, "", &stepError{StopNoUnwindInfo, detail}
+	if len(why) > 0 {
+		where += ": " + strings.Join(why, "; ")
+	}
+	return state{}, nil, &stepError{reason, where}
 }
 
 // lookupPC is where a frame's unwind rules are looked up: the PC itself
@@ -127,7 +96,7 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 	a := u.p.Arch
 	pc := lookupPC(cur) - m.Bias()
 	var lastErr error = errNoCFI
-	for _, t := range []*cfi.Table{m.File.DebugFrame, m.File.EHFrame} {
+	for _, t := range m.File.CFITables(pc) {
 		if t == nil {
 			continue
 		}
@@ -138,9 +107,19 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 			}
 			continue
 		}
+		if cur.spApprox && spBased(row, a.SP) {
+			// A frame-pointer step left only a lower bound for SP.
+			return state{}, errors.New("the CFA is SP-based and SP is only known roughly")
+		}
 		caller, _, ra, err := row.Step(&cur.rs, u.p.Mem, a.SP, cfi.Arch{PtrSize: a.PtrSize, Order: a.Order, AArch64: a.PACStrip})
 		if errors.Is(err, cfi.ErrUndefinedRA) {
 			return state{}, &stepError{StopEndOfStack, "return address undefined (outermost frame)"}
+		}
+		if errors.Is(err, cfi.ErrRegUnknown) {
+			// RISC-V vector code's rules read vlenb (DWARF 7202), which no
+			// core note gives the unwinder here: this frame's rule cannot
+			// be computed, other strategies may still recover it.
+			return state{}, err
 		}
 		if err != nil {
 			return state{}, &stepError{StopMemory, err.Error()}
@@ -153,7 +132,8 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 		if a.LR < 0 {
 			caller.Set(a.RA, ra)
 		}
-		return state{pc: ra, rs: caller, exact: row.SignalFrame}, nil
+		k := row.Regs[row.RA].Kind
+		return state{pc: ra, rs: caller, exact: row.SignalFrame, raMem: k == cfi.RuleOffset || k == cfi.RuleExpression}, nil
 	}
 	return state{}, lastErr
 }
@@ -163,7 +143,9 @@ var errNoCFI = errors.New("no CFI covers the pc")
 // prologue decodes the frame setup of the function holding the PC, from
 // its start (a symbol, or the ARM unwind entry) up to the PC.
 func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, error) {
-	a := u.p.Arch
+	if cur.spApprox {
+		return state{}, errors.New("prologue: SP is only known roughly")
+	}
 	pc := cur.pc - m.Bias()
 	start, ok := m.File.FuncStart(lookupPC(cur) - m.Bias())
 	if ok && m.File.EHABI != nil {
@@ -177,28 +159,38 @@ func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, err
 	if !ok || pc < start || pc-start > 1<<16 {
 		return state{}, errors.New("prologue: function start unknown (no symbol)")
 	}
+	next, _, err := u.prologueAt(m, cur, start, first)
+	return next, err
+}
+
+// prologueAt decodes the prologue of the function starting at the file
+// address start, up to the frame's PC, and recovers the caller from it.
+// It also returns the decoded frame: where the return address was saved.
+func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first bool) (state, *prologue.Frame, error) {
+	a := u.p.Arch
+	pc := cur.pc - m.Bias()
 	n := pc - start
 	if n > 256 {
 		n = 256
 	}
 	code := make([]byte, n)
 	if err := m.File.ReadCode(start, code); err != nil {
-		return state{}, err
+		return state{}, nil, err
 	}
 	fr, err := a.Prologue(code, start, pc, cur.thumb)
 	if err != nil {
-		return state{}, err
+		return state{}, nil, err
 	}
 	sp, ok := cur.rs.Get(a.SP)
 	if !ok {
-		return state{}, errors.New("prologue: no stack pointer")
+		return state{}, nil, errors.New("prologue: no stack pointer")
 	}
 	cfa := sp + fr.Size
 	next := state{rs: cur.rs}
 	for r, off := range fr.Saved {
 		v, err := u.readPtr(uint64(int64(cfa) + off))
 		if err != nil {
-			return state{}, err
+			return state{}, nil, err
 		}
 		next.rs.Set(r, v)
 	}
@@ -210,16 +202,16 @@ func (u *unwinder) prologue(m *module.Module, cur state, first bool) (state, err
 		// A leaf that saved nothing: the return address is still in LR.
 		lr, ok := cur.rs.Get(a.LR)
 		if !ok {
-			return state{}, errors.New("prologue: return address not saved and LR unknown")
+			return state{}, nil, errors.New("prologue: return address not saved and LR unknown")
 		}
 		next.pc = lr
 	default:
-		return state{}, errors.New("prologue: return address not saved")
+		return state{}, nil, errors.New("prologue: return address not saved")
 	}
 	if module.Find(u.p.Modules, next.pc&^1) < 0 {
-		return state{}, errors.New("prologue: the return address is in no module")
+		return state{}, nil, errors.New("prologue: the return address is in no module")
 	}
-	return next, nil
+	return next, fr, nil
 }
 
 // ehabi runs the module's ARM EHABI entry for the frame. Entries cover up
@@ -230,17 +222,21 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	a := u.p.Arch
 	pc := lookupPC(cur) - m.Bias()
 	e, err := m.File.EHABI.Lookup(pc)
-	if errors.Is(err, ehabi.ErrCantUnwind) {
-		return state{}, fmt.Errorf("%s: function at %#x: %w", m.Path, e.Start, err)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ehabi.ErrCantUnwind) {
 		return state{}, err
 	}
 	// Entries run to the next one: a function the table leaves out (glibc's
-	// abort) would inherit its neighbour's program. A symbol starting after
+	// abort) would inherit its neighbour's program, or its CANTUNWIND
+	// (_start's, before a program's own code). A symbol starting after
 	// the entry says the entry is not this function's.
 	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
-		return state{}, fmt.Errorf("%s: no .ARM.exidx entry for the function at %#x", m.Path, fs)
+		return state{}, &noEntry{m.Path, fs, err != nil}
+	}
+	if err != nil {
+		return state{}, &cantUnwind{m.Path, e.Start}
+	}
+	if cur.spApprox {
+		return state{}, errors.New("EHABI: SP is only known roughly")
 	}
 	var s ehabi.State
 	for r := 0; r < 16; r++ {
@@ -259,6 +255,7 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	}
 	var next state
 	next.rs = cur.rs
+	next.raMem = s.PCSet
 	for r := 0; r < 16; r++ {
 		if s.Valid&(1<<r) != 0 {
 			next.rs.Set(r, uint64(s.R[r]))
@@ -339,37 +336,66 @@ func (u *unwinder) fromLR(cur state) (state, error) {
 	return next, nil
 }
 
-// framePointer follows the frame record at FP. It is plausible only when
-// the record sits above SP on the stack and the return address lands in a
-// module.
-func (u *unwinder) framePointer(cur state) (state, error) {
+// framePointer follows the frame record at FP, trying each of the
+// architecture's record layouts. A record is taken only when its return
+// address passes call-site validation; one whose call is indirect (its
+// target unknown) gives a low-trust frame, since a frame pointer left
+// pointing at an outer record (AArch64 -fomit-frame-pointer code keeps
+// x29 untouched) looks the same.
+func (u *unwinder) framePointer(f *frame) (state, error) {
 	a := u.p.Arch
+	cur := f.cur
 	fp, ok1 := cur.rs.Get(a.FP)
 	sp, ok2 := cur.rs.Get(a.SP)
 	if !ok1 || !ok2 || fp == 0 || fp < sp || fp-sp > 64<<20 || fp%uint64(a.PtrSize) != 0 {
 		return state{}, errors.New("no plausible frame pointer")
 	}
-	prev, err := u.readPtr(fp + uint64(a.FrameRecord.PrevFP))
+	var why []string
+	for _, rec := range a.FrameRecords {
+		next, err := u.frameRecord(f, rec, fp, sp)
+		if err == nil {
+			return next, nil
+		}
+		why = append(why, rec.Name+": "+err.Error())
+	}
+	return state{}, errors.New(strings.Join(why, ", "))
+}
+
+func (u *unwinder) frameRecord(f *frame, rec arch.FrameRecord, fp, sp uint64) (state, error) {
+	a := u.p.Arch
+	cur := f.cur
+	if rec.Leaf && !f.first {
+		return state{}, errors.New("leaf record on an outer frame")
+	}
+	if int64(fp)+rec.PrevFP < int64(sp) || int64(fp)+rec.RA < int64(sp) || int64(fp)+rec.CallerSP <= int64(sp) {
+		return state{}, errors.New("record below SP")
+	}
+	prev, err := u.readPtr(uint64(int64(fp) + rec.PrevFP))
 	if err != nil {
 		return state{}, err
 	}
-	ra, err := u.readPtr(fp + uint64(a.FrameRecord.RA))
-	if err != nil {
+	var ra uint64
+	if rec.Leaf {
+		lr, ok := cur.rs.Get(a.LR)
+		if !ok {
+			return state{}, errors.New("no link register")
+		}
+		ra = lr
+	} else if ra, err = u.readPtr(uint64(int64(fp) + rec.RA)); err != nil {
 		return state{}, err
 	}
 	ra = a.StripPAC(ra, u.p.PACMask)
-	if module.Find(u.p.Modules, ra) < 0 {
-		return state{}, errors.New("the frame record's return address is in no module")
+	callerSP := uint64(int64(fp) + rec.CallerSP)
+	if prev != 0 && prev < callerSP {
+		return state{}, fmt.Errorf("the previous frame pointer %#x is below the caller's SP", prev)
 	}
-	next := state{pc: ra}
-	next.rs = cur.rs
+	c, err := u.callSite(ra, cur, true)
+	if err != nil {
+		return state{}, err
+	}
+	next := state{pc: ra, rs: cur.rs, raMem: !rec.Leaf, spApprox: !rec.SPExact, weak: !c.Direct}
 	next.rs.Set(a.FP, prev)
-	// The caller's SP is at least just above the frame record.
-	rec := a.FrameRecord.RA
-	if a.FrameRecord.PrevFP > rec {
-		rec = a.FrameRecord.PrevFP
-	}
-	next.rs.Set(a.SP, fp+uint64(rec)+uint64(a.PtrSize))
+	next.rs.Set(a.SP, callerSP)
 	if a.LR >= 0 {
 		next.rs.Clear(a.LR)
 	}

@@ -1,8 +1,9 @@
 // Package unwind walks a thread's stack, frame by frame, trying the
-// strategies in order: signal frame, DWARF CFI, frame pointer, link
-// register. Each frame records the strategy that recovered it, so a reader
-// can judge the trace. The loop is architecture-free: per-architecture facts
-// come from package arch.
+// strategies its architecture lists, in order (signal frame, DWARF CFI,
+// ARM EHABI, prologue analysis, link register, frame pointer, validated
+// stack scan). Each frame records the strategy that recovered it and how
+// far it can be trusted, so a reader can judge the trace. The loop is
+// architecture-free: per-architecture facts come from package arch.
 package unwind
 
 import (
@@ -24,7 +25,8 @@ const (
 	MethodFP       = "fp"
 	MethodLR       = "lr" // link register, or the return address at SP
 	MethodSignal   = "signal"
-	MethodPrologue = "prologue" // decoded from the function's prologue: low trust
+	MethodPrologue = "prologue" // decoded from the function's prologue
+	MethodScan     = "scan"     // a validated return address found on the stack
 )
 
 // Stop reasons.
@@ -38,7 +40,14 @@ const (
 	StopMaxFrames     = "max_frames"
 	StopDeadline      = "deadline"
 	StopMemory        = "memory_unreadable"
+	StopLoop          = "loop" // the same PC again and again, its return address not from the stack
 )
+
+// maxSamePC caps identical consecutive PCs whose return address did not
+// come from the stack: a rule that keeps the return address in a register
+// gives the same PC for ever, while SP rises. A real recursion reads each
+// return address from its own frame, and is bounded by MaxWalk instead.
+const maxSamePC = 4
 
 // maxBackward bounds the signal frames whose caller's SP is below theirs.
 const maxBackward = 16
@@ -63,6 +72,7 @@ type Options struct {
 	MaxWalk   int       // frames walked at most (deep recursion), ≥ MaxFrames
 	Deadline  time.Time // zero: none
 	Thumb     bool      // ARM32: frame 0 is in Thumb state (CPSR bit 5)
+	NoScan    bool      // no stack-scan fallback ([handler] stack_scan = false)
 }
 
 // Frame is one recovered frame.
@@ -70,6 +80,7 @@ type Frame struct {
 	PC     uint64
 	SP     uint64
 	Method string
+	Trust  Trust
 	Module int  // index into Process.Modules, -1 when in none
 	Exact  bool // PC is the interrupted instruction, not a return address
 	Thumb  bool // ARM32 Thumb state; PC has bit 0 cleared
@@ -80,6 +91,7 @@ type Frame struct {
 type Result struct {
 	Frames []Frame
 	Elided int    // frames walked but dropped from the middle
+	Walked int    // frames walked in all
 	Stop   string // why the walk ended
 	Detail string // what the last strategy said
 }
@@ -89,6 +101,17 @@ type state struct {
 	rs    regs.Set
 	exact bool
 	thumb bool
+	// raMem: the return address that led here was read from the stack
+	// (not kept in a register), for loop detection.
+	raMem bool
+	// spApprox: SP is a lower bound only (an AArch64 frame-pointer step).
+	spApprox bool
+	// weak: a heuristic step whose call site could not be checked against
+	// the callee; the frame is low trust.
+	weak bool
+	// via names the method when a strategy recovered the frame by another
+	// one's means (a scan confirmed by the callee's prologue).
+	via string
 }
 
 // Unwind walks one thread from its registers.
@@ -99,7 +122,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 	if o.MaxWalk < o.MaxFrames {
 		o.MaxWalk = o.MaxFrames
 	}
-	u := unwinder{p: p, tried: map[*module.Module]bool{}, rows: map[rowKey]rowVal{}, notTramp: map[uint64]bool{}}
+	u := unwinder{p: p, list: strategiesFor(p.Arch, o.NoScan), tried: map[*module.Module]bool{}, rows: map[rowKey]rowVal{}, notTramp: map[uint64]bool{}}
 	var res Result
 	head := (o.MaxFrames + 1) / 2
 	tail := newRing(o.MaxFrames - head)
@@ -113,11 +136,11 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		cur.thumb = cur.thumb || pc&1 != 0
 		cur.pc &^= 1
 	}
-	method := MethodContext
-	walked, backward := 0, 0
+	method, trust := MethodContext, TrustHigh
+	walked, backward, same := 0, 0, 0
 	for {
 		sp, _ := cur.rs.Get(p.Arch.SP)
-		f := Frame{PC: cur.pc, SP: sp, Method: method, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact, Thumb: cur.thumb}
+		f := Frame{PC: cur.pc, SP: sp, Method: method, Trust: trust, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact, Thumb: cur.thumb}
 		if len(res.Frames) < head {
 			res.Frames = append(res.Frames, f)
 		} else if tail.push(f) {
@@ -142,10 +165,14 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		}
 		seen[cur.pc] = true
 
-		next, m, err := u.step(cur, walked == 1)
+		next, s, err := u.step(cur, walked == 1)
 		if err != nil {
 			res.Stop, res.Detail = stopReason(err)
 			break
+		}
+		m, t := s.name(), s.trust()
+		if next.via != "" {
+			m, t = next.via, strategies[next.via].trust()
 		}
 		if p.Arch.ThumbBit && m != MethodSignal {
 			// Code addresses carry the instruction set in bit 0; a signal
@@ -153,7 +180,9 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 			next.thumb = next.pc&1 != 0
 			next.pc &^= 1
 		}
-		if next.pc == 0 {
+		if next.pc == 0 && !next.exact {
+			// A return address of 0 ends the stack; an interrupted PC of 0
+			// (a signal during a call through NULL) is a frame of its own.
 			res.Stop = StopEndOfStack
 			break
 		}
@@ -174,9 +203,21 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 				break
 			}
 		}
-		cur, method = next, m
+		if next.pc == cur.pc && !next.raMem {
+			if same++; same >= maxSamePC {
+				res.Stop, res.Detail = StopLoop, fmt.Sprintf("%s gave the pc %#x %d times in a row, the return address never read from the stack", m, cur.pc, same+1)
+				break
+			}
+		} else if next.pc != cur.pc {
+			same = 0
+		}
+		if next.weak {
+			t = TrustLow
+		}
+		cur, method, trust = next, m, min(t, trust)
 	}
 	res.Frames = append(res.Frames, tail.items()...)
+	res.Walked = walked
 	return res
 }
 

@@ -67,7 +67,7 @@ func WriteText(w io.Writer, res *Result) error {
 				if why == "" {
 					why = "no symbol"
 				}
-				fmt.Fprintf(&b, "%s %s in ?? (%s) [%s]\n", num, pc, why, f.Method)
+				fmt.Fprintf(&b, "%s %s in ?? (%s) [%s]\n", num, pc, why, how(f.Method, f.Trust))
 				continue
 			}
 			for j, l := range f.Locations {
@@ -88,7 +88,7 @@ func WriteText(w io.Writer, res *Result) error {
 				if l.File == "" && f.Module >= 0 && f.Module < len(r.Modules) {
 					where += " from " + r.Modules[f.Module].Path
 				}
-				tail := fmt.Sprintf(" [%s]", f.Method)
+				tail := fmt.Sprintf(" [%s]", how(f.Method, f.Trust))
 				if l.Inlined {
 					tail = " (inlined)"
 				}
@@ -103,4 +103,12 @@ func WriteText(w io.Writer, res *Result) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// how is a frame's method, with its trust when the report says it.
+func how(method, trust string) string {
+	if trust == "" {
+		return method
+	}
+	return method + ", " + trust
 }

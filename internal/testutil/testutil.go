@@ -101,7 +101,7 @@ func Received(t testing.TB, dir string, want map[string][]byte) {
 		t.Fatalf("%s holds %d reports, want %d: %v", dir, len(got), len(want), got)
 	}
 	for id, b := range want {
-		g, err := os.ReadFile(filepath.Join(dir, id+".json.zst"))
+		g, err := os.ReadFile(filepath.Join(dir, id+queue.Suffix))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,10 @@
 // into sysctl.d at build time, on the build host, for any target.
 //
 //	go run ./packaging/corepattern -exe /usr/bin/unwound-handler -config /etc/unwound/unwound.toml
+//
+// It exits with status 3 when no valid line exists for those paths (too
+// long, or characters the kernel would split on), so make install can tell
+// that apart from a helper that could not run at all.
 package main
 
 import (
@@ -22,7 +26,7 @@ func main() {
 	line, err := sysctl.Pattern(*exe, *cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corepattern:", err)
-		os.Exit(1)
+		os.Exit(3)
 	}
 	fmt.Println(line)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
 // MaxDecoded bounds a decoded report or entry: a real one is a few KiB;
@@ -22,13 +23,10 @@ import (
 // bombs.
 const MaxDecoded = 16 << 20
 
-// zstd frame magic, to tell compressed from plain JSON.
-var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
-
 // JSON returns the JSON held in p: p may be a zstd frame or plain JSON.
 // Output beyond MaxDecoded is an error, not an allocation.
 func JSON(p []byte) ([]byte, error) {
-	if !bytes.HasPrefix(p, zstdMagic) {
+	if !bytes.HasPrefix(p, []byte(zstdenc.Magic)) {
 		return p, nil
 	}
 	dec, err := zstd.NewReader(bytes.NewReader(p),
@@ -95,7 +93,7 @@ func decoder() (*zstd.Decoder, error) {
 // JSON. This is what a torn write, a block of zeros after a power cut or a
 // bit flip on flash fails.
 func Entry(data []byte) error {
-	if !bytes.HasPrefix(data, zstdMagic) {
+	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		return errors.New("not a zstd frame")
 	}
 	if len(data) < 5 || data[4]&0x04 == 0 {

@@ -1,6 +1,6 @@
 // Package jsonlite encodes the JSON the handler writes (the report), byte
 // for byte as encoding/json does for those types, in a fraction of its
-// code: encoding/json was 130 KB of the board's handler binary
+// code: encoding/json was a large part of the board's handler binary
 // (docs/design.md, "Footprint").
 //
 // Supported: structs with `json:"name,omitempty"` tags, strings, bools,

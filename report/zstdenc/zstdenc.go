@@ -31,7 +31,8 @@ const (
 	blockCompressed = 2
 )
 
-var magic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+// Magic starts every zstd frame (RFC 8878 §3.1.1).
+const Magic = "\x28\xb5\x2f\xfd"
 
 // Compress appends to dst one zstd frame that holds src, with its
 // content size and checksum, and returns the extended slice.
@@ -55,7 +56,7 @@ func Compress(dst, src []byte) []byte {
 // appendFrameHeader writes the magic number and a Frame_Header (RFC 8878
 // §3.1.1.1) with Content_Checksum_flag set and Frame_Content_Size.
 func appendFrameHeader(dst []byte, n int) []byte {
-	dst = append(dst, magic...)
+	dst = append(dst, Magic...)
 	const checksum = 1 << 2
 	if n <= 1<<windowLog {
 		// Single_Segment_flag: no Window_Descriptor, the window is the content.

@@ -11,6 +11,24 @@
 # there) and, on ARM, -marm (A32 code; the default variants are Thumb-2, as
 # Debian's armhf compiler emits): -marm, -notables, -marm-notables.
 #
+# The crash matrix (issue 16) adds variants named CC-LD-FLAGS-LINK[-musl],
+# built for each name listed in $VARIANTS (space-separated; internal/fixture
+# passes the lab's slice, or the whole matrix with UNWOUND_MATRIX=full):
+#   CC     gcc, clang
+#   LD     bfd (GNU ld as the toolchain sets it up), sep / nosep (GNU ld with
+#          -z separate-code / -z noseparate-code), lld, mold, gold
+#   FLAGS  default (-O2 and nothing else: the toolchain's own unwind-table
+#          and frame-pointer defaults), tables (-O2 -funwind-tables
+#          -fasynchronous-unwind-tables), fp (-O0 -fno-omit-frame-pointer)
+#   LINK   dynamic, static
+#   -musl  against musl instead of glibc (C only: crashxx is not built):
+#          x86_64 with Debian's musl-tools, aarch64 and arm with Debian's
+#          musl-dev for that architecture, unpacked by musl.sh under the
+#          cache (never installed) and used through a gcc specs file
+# A combination the toolchains here cannot build (lld 14 cannot link
+# RISC-V objects that need relaxation; Debian has no riscv64 musl) is
+# skipped with a message: its directory is not created.
+#
 # Stripping follows Yocto's runstrip (meta/lib/oe/package.py): executables
 # get `strip --remove-section=.comment --remove-section=.note`, which drops
 # .symtab and .debug_* but keeps .eh_frame, .eh_frame_hdr, .ARM.exidx and
@@ -21,6 +39,97 @@ out=${1:?usage: build.sh OUTDIR [ARCH...]}
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -gt 0 ] || set -- x86_64 aarch64 arm riscv64
+
+# The -fuse-ld=lld|mold of a cross gcc looks for ld.lld / ld.mold in its
+# own program path: -B adds this one.
+ldbin=$out/.ldbin
+mkdir -p "$ldbin"
+for l in lld mold; do
+	p=$(command -v "ld.$l" || command -v "$l" || true)
+	[ -z "$p" ] || ln -sf "$p" "$ldbin/ld.$l"
+done
+
+# matrix ARCH CROSS builds the $VARIANTS of the crash matrix for ARCH.
+matrix() {
+	arch=$1 cross=$2
+	case $arch in
+	x86_64) triple=x86_64-linux-gnu ;;
+	aarch64) triple=aarch64-linux-gnu ;;
+	arm) triple=arm-linux-gnueabihf ;;
+	riscv64) triple=riscv64-linux-gnu ;;
+	esac
+	for v in ${VARIANTS:-}; do
+		# shellcheck disable=SC2046
+		set -- $(echo "$v" | tr - ' ')
+		if [ $# -lt 4 ]; then
+			echo "build.sh: bad variant $v" >&2
+			exit 2
+		fi
+		vcc=$1 vld=$2 vflags=$3 vlink=$4 vlibc=${5:-glibc}
+		case $vflags in
+		default) fl="-O2" ;;
+		tables) fl="-O2 -funwind-tables -fasynchronous-unwind-tables" ;;
+		fp) fl="-O0 -fno-omit-frame-pointer" ;;
+		*) echo "build.sh: bad flags in $v" >&2; exit 2 ;;
+		esac
+		case $vld in
+		bfd) fl="$fl -fuse-ld=bfd" ;;
+		sep) fl="$fl -fuse-ld=bfd -Wl,-z,separate-code" ;;
+		nosep) fl="$fl -fuse-ld=bfd -Wl,-z,noseparate-code" ;;
+		lld | mold | gold) fl="$fl -fuse-ld=$vld" ;;
+		*) echo "build.sh: bad linker in $v" >&2; exit 2 ;;
+		esac
+		[ "$vlink" = static ] && fl="$fl -static"
+		progs="crash crashxx"
+		case $vcc-$vlibc in
+		gcc-glibc) cc="${cross}gcc -B$ldbin" cxx="${cross}g++ -B$ldbin" ;;
+		clang-glibc) cc="clang --target=$triple" cxx="clang++ --target=$triple" ;;
+		gcc-musl)
+			progs=crash cxx=
+			if [ "$arch" = x86_64 ]; then
+				if ! command -v musl-gcc >/dev/null 2>&1; then
+					echo "build.sh: musl-gcc not installed (musl-tools), skipping $v" >&2
+					continue
+				fi
+				cc="musl-gcc -B$ldbin"
+			elif mroot=$("$here/musl.sh" "$arch"); then
+				cc="${cross}gcc -B$ldbin -specs $mroot/musl-gcc.specs"
+				# libgcc's outline atomics need glibc's __getauxval.
+				[ "$arch" = aarch64 ] && cc="$cc -mno-outline-atomics"
+			else
+				echo "build.sh: no musl for $arch (musl.sh failed), skipping $v" >&2
+				continue
+			fi ;;
+		*) echo "build.sh: skipping $v (no $vcc for $vlibc)" >&2; continue ;;
+		esac
+		if [ "$arch-$vld" = riscv64-lld ]; then
+			echo "build.sh: ld.lld cannot link RISC-V objects that need relaxation, skipping $v" >&2
+			continue
+		fi
+		d=$out/$arch/$v
+		for prog in $progs; do
+			case $prog in
+			crash) c=$cc src=$here/crash.c ;;
+			crashxx) c=$cxx src=$here/crashxx.cc ;;
+			esac
+			if [ -f "$d/stripped/$prog" ] && [ "$d/stripped/$prog" -nt "$src" ] && [ "$d/stripped/$prog" -nt "$0" ]; then
+				continue
+			fi
+			mkdir -p "$d/stripped"
+			# shellcheck disable=SC2086
+			if ! $c -g $fl -pthread -Wl,--build-id -o "$d/$prog.tmp" "$src" 2>"$d/$prog.log"; then
+				echo "build.sh: $arch $v $prog does not build here, skipping:" >&2
+				cat "$d/$prog.log" >&2
+				rm -rf "$d"
+				break
+			fi
+			mv "$d/$prog.tmp" "$d/$prog"
+			rm -f "$d/$prog.log"
+			${cross}strip --remove-section=.comment --remove-section=.note \
+				-o "$d/stripped/$prog" "$d/$prog"
+		done
+	done
+}
 
 for arch in "$@"; do
 	modes=default tables=tables
@@ -69,5 +178,6 @@ for arch in "$@"; do
 			done
 		done
 	done
+	matrix "$arch" "$cross"
 	echo "build.sh: $arch done" >&2
 done

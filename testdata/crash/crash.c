@@ -109,6 +109,15 @@ static void (*volatile null_fn)(int);
 NOINLINE static void nf2(int v) { null_fn(v); sink++; }
 NOINLINE static void nf1(int v) { nf2(v + 1); sink++; }
 
+/* memcpy / raise: the crash is inside libc, which on musl has no unwind
+ * tables: memcpy through a wild pointer, raise(SIGBUS) with the default
+ * action. */
+static char *volatile wild_ptr = (char *)16;
+NOINLINE static void mc2(int v) { static char buf[256]; memcpy(wild_ptr, buf, 64 + (size_t)v); sink++; }
+NOINLINE static void mc1(int v) { mc2(v + 1); sink++; }
+NOINLINE static void rs2(int v) { sink = v; raise(SIGBUS); sink++; }
+NOINLINE static void rs1(int v) { rs2(v + 1); sink++; }
+
 int main(int argc, char **argv) {
 	const char *s = argc > 1 ? argv[1] : "nullwrite";
 	if (!strcmp(s, "nullwrite"))
@@ -129,6 +138,10 @@ int main(int argc, char **argv) {
 		sink = recurse(argc);
 	else if (!strcmp(s, "nullfn"))
 		nf1(argc);
+	else if (!strcmp(s, "memcpy"))
+		mc1(argc);
+	else if (!strcmp(s, "raise"))
+		rs1(argc);
 	else {
 		fprintf(stderr, "unknown scenario %s\n", s);
 		return 2;

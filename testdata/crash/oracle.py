@@ -97,7 +97,9 @@ def relocate(binary, sysroot):
         seen.add(lm)
         l_addr, l_name, l_next = _word(lm, ptr), _word(lm + ptr, ptr), _word(lm + 3 * ptr, ptr)
         name = gdb.selected_inferior().read_memory(l_name, 256).tobytes().split(b"\0")[0].decode()
-        if name.startswith("/"):
+        # The first entry is the program: glibc names it "", musl by the
+        # path it was run as.
+        if len(seen) > 1 and name.startswith("/"):
             gdb.execute("add-symbol-file %s -o 0x%x" % (sysroot.rstrip("/") + name, l_addr), to_string=True)
         lm = l_next
 

@@ -13,6 +13,7 @@ type Conn struct {
 	frames chan Frame
 	mu     sync.Mutex
 	seq    uint32
+	binary bool  // send in binary framing
 	err    error // the read error, once frames is closed
 
 	// Wire counters (bytes written, frames written).
@@ -54,12 +55,40 @@ func (c *Conn) Err() error {
 // for logs).
 func (c *Conn) Noise() (noise, corrupt int) { return c.rd.Noise, c.rd.Corrupt }
 
+// LastSeq is the sequence number of the last frame sent.
+func (c *Conn) LastSeq() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// Binary reports whether frames are sent in binary framing.
+func (c *Conn) Binary() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.binary
+}
+
+// SetBinary chooses the framing of the frames sent from now on: binary
+// (COBS) or text lines.
+func (c *Conn) SetBinary(on bool) {
+	c.mu.Lock()
+	c.binary = on
+	c.mu.Unlock()
+}
+
 // Send writes one frame with the next sequence number and returns it.
 func (c *Conn) Send(t Type, payload []byte) (uint32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	line := AppendLine(nil, Frame{Type: t, Seq: c.seq, Payload: payload})
+	f := Frame{Type: t, Seq: c.seq, Payload: payload}
+	var line []byte
+	if c.binary {
+		line = AppendBinary(nil, f)
+	} else {
+		line = AppendLine(nil, f)
+	}
 	err := writeAll(c.w, line)
 	c.BytesOut += int64(len(line))
 	c.FramesOut++

@@ -1,19 +1,24 @@
 // Package serialproto is unwound's framing and transfer protocol for a
-// serial line (docs/serial-protocol.md): printable, line-oriented frames
-// that survive a cooked tty, XON/XOFF and kernel messages on the same UART,
-// with a CRC-32 each, a sliding window of data frames, resend on timeout,
-// and resume without duplicates (the receiver deduplicates on report ids).
+// serial line (docs/serial-protocol.md): frames with a CRC-32 each, a
+// sliding window of data frames whose size follows the line's error rate,
+// selective resend of lost ones, and resume without duplicates (the
+// receiver deduplicates on report ids).
 //
-// A frame on the wire is one line:
+// A frame has two wire forms. Text, for a UART shared with a console
+// (printable, survives a cooked tty, XON/XOFF and kernel messages), is one
+// line:
 //
 //	"#UW1:" base64url(version type seq len payload crc32) "\n"
 //
-// Anything else on the line before the magic, and every line without it,
-// is noise and skipped.
+// Binary, for a dedicated UART, is the same bytes COBS-encoded between
+// zero bytes:
+//
+//	0x00 cobs(version type seq len payload crc32) 0x00
+//
+// A Reader takes both from the same stream; anything else is noise.
 package serialproto
 
 import (
-	"bufio"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -80,22 +85,27 @@ type Frame struct {
 	Type    Type
 	Seq     uint32
 	Payload []byte
+	Binary  bool // it came in binary framing (set by the decoders)
 }
 
 var enc = base64.RawURLEncoding
 
-// AppendLine appends f's wire form, the trailing '\n' included.
-func AppendLine(dst []byte, f Frame) []byte {
+// appendRaw appends f's bytes before either framing: header, payload, CRC.
+func appendRaw(dst []byte, f Frame) []byte {
 	if len(f.Payload) > MaxPayload {
 		panic("serialproto: payload too long")
 	}
-	raw := make([]byte, headerLen, headerLen+len(f.Payload)+trailerLen)
-	raw[0] = Version
-	raw[1] = byte(f.Type)
-	binary.BigEndian.PutUint32(raw[2:], f.Seq)
-	binary.BigEndian.PutUint16(raw[6:], uint16(len(f.Payload)))
-	raw = append(raw, f.Payload...)
-	raw = binary.BigEndian.AppendUint32(raw, crc32.ChecksumIEEE(raw))
+	n := len(dst)
+	dst = append(dst, Version, byte(f.Type))
+	dst = binary.BigEndian.AppendUint32(dst, f.Seq)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(f.Payload)))
+	dst = append(dst, f.Payload...)
+	return binary.BigEndian.AppendUint32(dst, crc32.ChecksumIEEE(dst[n:]))
+}
+
+// AppendLine appends f's text wire form, the trailing '\n' included.
+func AppendLine(dst []byte, f Frame) []byte {
+	raw := appendRaw(nil, f)
 	dst = append(dst, Magic...)
 	n := len(dst)
 	dst = append(dst, make([]byte, enc.EncodedLen(len(raw)))...)
@@ -134,7 +144,11 @@ func DecodeLine(line []byte) (Frame, error) {
 	if err != nil {
 		return Frame{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	raw = raw[:n]
+	return decodeRaw(raw[:n])
+}
+
+// decodeRaw checks and splits a frame's bytes; the payload aliases raw.
+func decodeRaw(raw []byte) (Frame, error) {
 	if len(raw) < headerLen+trailerLen {
 		return Frame{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(raw))
 	}
@@ -165,53 +179,175 @@ func lastIndex(b []byte, s string) int {
 	return -1
 }
 
-// Reader splits a byte stream into frames, skipping noise.
+// maxRaw is the longest frame before framing; maxCOBS its longest COBS
+// form (one code byte per 254 data bytes, and one more).
+const (
+	maxRaw  = headerLen + MaxPayload + trailerLen
+	maxCOBS = maxRaw + maxRaw/254 + 1
+)
+
+// AppendBinary appends f's binary wire form: a zero byte, the COBS
+// encoding of the frame, a zero byte. The leading zero ends whatever came
+// before (noise, a cut frame), so it cannot spoil this one.
+func AppendBinary(dst []byte, f Frame) []byte {
+	dst = append(dst, 0)
+	dst = appendCOBS(dst, appendRaw(nil, f))
+	return append(dst, 0)
+}
+
+// appendCOBS appends the Consistent Overhead Byte Stuffing of src: every
+// zero byte is replaced by the distance to the next one, so the encoding
+// has no zeros and a zero byte can delimit frames.
+func appendCOBS(dst, src []byte) []byte {
+	code := len(dst)
+	dst = append(dst, 0)
+	run := byte(1)
+	for _, c := range src {
+		if c == 0 {
+			dst[code] = run
+			code, run = len(dst), 1
+			dst = append(dst, 0)
+			continue
+		}
+		dst = append(dst, c)
+		run++
+		if run == 0xff {
+			dst[code] = run
+			code, run = len(dst), 1
+			dst = append(dst, 0)
+		}
+	}
+	dst[code] = run
+	return dst
+}
+
+// decodeCOBS reverses appendCOBS on src (no zero bytes, no delimiters).
+func decodeCOBS(dst, src []byte) ([]byte, error) {
+	for i := 0; i < len(src); {
+		code := int(src[i])
+		end := i + code
+		if code == 0 || end > len(src) {
+			return nil, errors.New("bad COBS code")
+		}
+		dst = append(dst, src[i+1:end]...)
+		i = end
+		if code != 0xff && i < len(src) {
+			dst = append(dst, 0)
+		}
+	}
+	return dst, nil
+}
+
+// DecodeBinary decodes one binary frame given without its zero delimiters.
+func DecodeBinary(b []byte) (Frame, error) {
+	if len(b) > maxCOBS {
+		return Frame{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+	}
+	raw, err := decodeCOBS(make([]byte, 0, len(b)), b)
+	if err != nil {
+		return Frame{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	f, err := decodeRaw(raw)
+	f.Binary = err == nil
+	return f, err
+}
+
+// Reader splits a byte stream into frames of either framing, skipping
+// noise.
 type Reader struct {
-	br *bufio.Reader
+	r        io.Reader
+	buf      []byte
+	pos, end int
+	line     []byte // since the last '\n' or zero byte: a text frame?
+	bin      []byte // since the last zero byte: a binary frame?
+	lineLong bool
+	binLong  bool
 	// Counters, for logs and tests.
-	Noise   int // lines without a frame
-	Corrupt int // lines with a damaged frame
+	Noise   int // printable lines without a frame
+	Corrupt int // damaged frames, of either framing
 }
 
 // NewReader reads frames from r.
 func NewReader(r io.Reader) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, 4096)}
+	return &Reader{r: r, buf: make([]byte, 4096)}
 }
 
-// Next returns the next valid frame. Lines longer than MaxLine are dropped
-// whole. It returns only r's errors.
+// Next returns the next valid frame. Text lines longer than MaxLine and
+// binary frames longer than the longest valid one are dropped whole. It
+// returns only r's errors.
 func (r *Reader) Next() (Frame, error) {
-	var line []byte
-	long := false
 	for {
-		chunk, err := r.br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			long = true
-			line = line[:0]
-			continue
+		for r.pos < r.end {
+			c := r.buf[r.pos]
+			r.pos++
+			switch c {
+			case 0:
+				bin, long := r.bin, r.binLong
+				r.bin, r.binLong = r.bin[:0], false
+				r.line, r.lineLong = r.line[:0], false
+				if len(bin) == 0 {
+					continue
+				}
+				if long {
+					r.Corrupt++
+					continue
+				}
+				f, err := DecodeBinary(bin)
+				if err != nil {
+					r.Corrupt++
+					continue
+				}
+				return f, nil
+			case '\n':
+				r.bin, r.binLong = appendMax(r.bin, c, maxCOBS, r.binLong)
+				line, long := r.line, r.lineLong
+				r.line, r.lineLong = r.line[:0], false
+				if long {
+					r.Noise++
+					continue
+				}
+				f, err := DecodeLine(line)
+				switch {
+				case err == nil:
+					r.bin, r.binLong = r.bin[:0], false
+					return f, nil
+				case !errors.Is(err, ErrNoFrame):
+					r.Corrupt++
+				case printable(line):
+					r.Noise++
+				}
+			default:
+				r.bin, r.binLong = appendMax(r.bin, c, maxCOBS, r.binLong)
+				r.line, r.lineLong = appendMax(r.line, c, MaxLine+2, r.lineLong)
+			}
 		}
-		if !long && len(line)+len(chunk) <= MaxLine+2 {
-			line = append(line, chunk...)
-		} else {
-			long = true
-		}
-		if err != nil {
+		n, err := r.r.Read(r.buf)
+		if n == 0 && err != nil {
 			return Frame{}, err
 		}
-		if long {
-			r.Noise++
-			long, line = false, line[:0]
-			continue
-		}
-		f, derr := DecodeLine(line)
-		line = line[:0]
-		switch {
-		case derr == nil:
-			return f, nil
-		case errors.Is(derr, ErrNoFrame):
-			r.Noise++
-		default:
-			r.Corrupt++
+		r.pos, r.end = 0, n
+	}
+}
+
+// appendMax appends c to b unless b is full (or was), and says whether it
+// overflowed.
+func appendMax(b []byte, c byte, max int, long bool) ([]byte, bool) {
+	if long || len(b) >= max {
+		return b[:0], true
+	}
+	return append(b, c), false
+}
+
+// printable reports whether a line is text (a kernel message, a prompt),
+// not a piece of a binary frame: counted as noise only then.
+func printable(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if (c < 0x20 || c >= 0x7f) && c != '\r' && c != '\t' {
+			return false
 		}
 	}
+	return true
 }

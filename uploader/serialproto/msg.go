@@ -41,9 +41,23 @@ func (s Status) String() string {
 
 var errShort = errors.New("short payload")
 
+// Hello flags: what the sender of a hello can do (uploader) or agrees to
+// (receiver). A peer that predates them sends 0.
+const (
+	// FlagBinary: binary framing. An uploader configured for it asks; a
+	// receiver that reads it answers with the flag, and the uploader
+	// switches after the hello.
+	FlagBinary = 1 << 0
+	// FlagSack: the receiver keeps data beyond a gap and its acks carry
+	// the ranges it holds (selective acks); the uploader resends only
+	// what is missing.
+	FlagSack = 1 << 1
+)
+
 // Hello opens a session (uploader) and answers it (receiver).
 type Hello struct {
 	Role   uint8
+	Flags  uint8
 	Window uint8  // data frames in flight the sender may have / the receiver accepts
 	Chunk  uint16 // data bytes per frame
 	Echo   uint32 // in an answer: the seq of the hello answered
@@ -56,7 +70,7 @@ func (h Hello) Encode() []byte {
 	if len(name) > 64 {
 		name = name[:64]
 	}
-	b := []byte{Version, h.Role, h.Window, 0}
+	b := []byte{Version, h.Role, h.Window, h.Flags}
 	b = binary.BigEndian.AppendUint16(b, h.Chunk)
 	b = binary.BigEndian.AppendUint32(b, h.Echo)
 	return append(b, name...)
@@ -67,7 +81,7 @@ func ParseHello(p []byte) (Hello, error) {
 	if len(p) < 10 || len(p) > 10+64 {
 		return Hello{}, errShort
 	}
-	return Hello{Role: p[1], Window: p[2], Chunk: binary.BigEndian.Uint16(p[4:]),
+	return Hello{Role: p[1], Window: p[2], Flags: p[3], Chunk: binary.BigEndian.Uint16(p[4:]),
 		Echo: binary.BigEndian.Uint32(p[6:]), Name: string(p[10:])}, nil
 }
 
@@ -151,4 +165,50 @@ func ParseReply(p []byte) (Reply, error) {
 	r.Status = Status(p[20])
 	r.Reason = string(p[21:])
 	return r, nil
+}
+
+// Range is the bytes [Start, End) of a report.
+type Range struct{ Start, End uint32 }
+
+// MaxSackRanges bounds the ranges one ack carries.
+const MaxSackRanges = 8
+
+// Sack is what a selective ack adds to an ack, in its reason bytes (a peer
+// that predates it reads an ack's reason as text for logs and ignores
+// it): the seq of the frame acked, and up to MaxSackRanges ranges held
+// beyond the contiguous offset, in order.
+type Sack struct {
+	Echo   uint32
+	Ranges []Range
+}
+
+// WithSack returns r (an ack) carrying s.
+func (r Reply) WithSack(s Sack) Reply {
+	b := binary.BigEndian.AppendUint32(nil, s.Echo)
+	for i, rg := range s.Ranges {
+		if i == MaxSackRanges {
+			break
+		}
+		b = binary.BigEndian.AppendUint32(b, rg.Start)
+		b = binary.BigEndian.AppendUint32(b, rg.End)
+	}
+	r.Reason = string(b)
+	return r
+}
+
+// Sack returns the selective ack in r (an ack), if it has one.
+func (r Reply) Sack() (Sack, bool) {
+	b := []byte(r.Reason)
+	if len(b) < 4 || (len(b)-4)%8 != 0 || (len(b)-4)/8 > MaxSackRanges {
+		return Sack{}, false
+	}
+	s := Sack{Echo: binary.BigEndian.Uint32(b)}
+	for b = b[4:]; len(b) > 0; b = b[8:] {
+		rg := Range{binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])}
+		if rg.Start >= rg.End || len(s.Ranges) > 0 && rg.Start <= s.Ranges[len(s.Ranges)-1].End {
+			return Sack{}, false
+		}
+		s.Ranges = append(s.Ranges, rg)
+	}
+	return s, true
 }

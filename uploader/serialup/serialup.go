@@ -100,7 +100,11 @@ func (t *Transport) connect(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", t.cfg.Port, err)
 	}
 	peer := t.snd.Peer()
-	t.logf("%s: receiver %q answered (window %d, chunk %d)", t.cfg.Port, peer.Name, peer.Window, peer.Chunk)
+	framing := "text"
+	if t.conn.Binary() {
+		framing = "binary"
+	}
+	t.logf("%s: receiver %q answered (window %d, chunk %d, %s framing)", t.cfg.Port, peer.Name, peer.Window, peer.Chunk, framing)
 	return nil
 }
 
@@ -121,8 +125,8 @@ func (t *Transport) Send(ctx context.Context, it uploader.Item) (uploader.Result
 		t.Close() // reopen next time: a cut link, a receiver restarted
 		return uploader.Result{}, err
 	}
-	if t.snd.Resent > 0 {
-		t.logf("%s: %d data frames resent", it.Name, t.snd.Resent)
+	if t.snd.Resent > 0 || t.snd.Timeouts > 0 {
+		t.logf("%s: %d data frames resent, %d timeouts, chunk now %d bytes", it.Name, t.snd.Resent, t.snd.Timeouts, t.snd.Chunks)
 	}
 	switch st {
 	case serialproto.Stored:

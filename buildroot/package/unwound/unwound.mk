@@ -6,7 +6,6 @@
 
 UNWOUND_VERSION = 0.1
 UNWOUND_SITE = https://github.com/unwound-dev/unwound/releases/download/v$(UNWOUND_VERSION)
-UNWOUND_SOURCE = unwound-$(UNWOUND_VERSION).tar.gz
 UNWOUND_LICENSE = Apache-2.0, BSD-3-Clause, MIT
 UNWOUND_LICENSE_FILES = \
 	LICENSE \
@@ -71,4 +70,29 @@ define UNWOUND_INSTALL_INIT_SYSTEMD
 		> $(TARGET_DIR)/usr/lib/systemd/system-preset/50-unwound.preset
 endef
 
+# MiniDebugInfo (docs/minidebuginfo.md): before Buildroot's strip, in a
+# target-finalize hook, every file it would strip is stripped the same way
+# by minidebuginfo.sh, which first keeps its debug information aside and
+# then adds .gnu_debugdata with unwound's host tool. Buildroot's own strip
+# then finds nothing left to remove (strip keeps .gnu_debugdata).
+ifeq ($(BR2_PACKAGE_UNWOUND_MINIDEBUGINFO),y)
+UNWOUND_DEPENDENCIES += host-unwound host-xz
+define UNWOUND_MINIDEBUGINFO
+	$(STRIP_FIND_CMD) | \
+		$(HOST_MAKE_ENV) \
+		UNWOUND=$(HOST_DIR)/bin/unwound \
+		OBJCOPY=$(TARGET_OBJCOPY) \
+		XZ=$(HOST_DIR)/bin/xz \
+		STRIPCMD="$(STRIPCMD)" \
+		xargs -0 -r $(SHELL) $(UNWOUND_PKGDIR)/minidebuginfo.sh
+endef
+UNWOUND_TARGET_FINALIZE_HOOKS += UNWOUND_MINIDEBUGINFO
+endif
+
+# The host tool: `unwound minidebuginfo`, for the hook above.
+HOST_UNWOUND_GOMOD = $(UNWOUND_GOMOD)
+HOST_UNWOUND_BUILD_TARGETS = cmd/unwound
+HOST_UNWOUND_GO_ENV = CGO_ENABLED=0
+
 $(eval $(golang-package))
+$(eval $(host-golang-package))

@@ -29,9 +29,13 @@ var AArch64 = &Arch{
 	PRStatusCPSR: -1,
 	PRStatusPC:   32,
 	PRStatusMin:  33,
-	// AAPCS64 §6.2.3: the frame record {x29, x30} sits at x29.
-	FrameRecord: struct{ PrevFP, RA int64 }{0, 8},
-	MinInsn:     4,
+	// AAPCS64 §6.2.3: the frame record {x29, x30} sits at x29, at the
+	// bottom of the frame: the caller's SP is above it, how far unknown.
+	FrameRecords: []FrameRecord{{Name: "aapcs64", PrevFP: 0, RA: 8, CallerSP: 16}},
+	Call:         callAArch64,
+	PLT:          pltAArch64,
+	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
+	MinInsn:      4,
 	Sigreturns: []Sigreturn{{
 		// vDSO __kernel_rt_sigreturn: mov x8, #139; svc #0
 		// (arch/arm64/kernel/vdso/sigreturn.S). SP points at struct

@@ -36,9 +36,29 @@ type Arch struct {
 	// PRStatusMin is the fewest pr_reg words a valid NT_PRSTATUS carries.
 	PRStatusMin int
 
-	// FrameRecord is where a frame-pointer chain keeps the caller's frame
-	// pointer and return address, as offsets from the frame pointer.
-	FrameRecord struct{ PrevFP, RA int64 }
+	// FrameRecords are the frame-pointer records compilers leave, tried in
+	// order; none where the frame pointer cannot be walked.
+	FrameRecords []FrameRecord
+	// ThumbNoFP says Thumb code has no walkable frame pointer (r7 points
+	// below the locals): the frame-pointer strategy skips Thumb frames.
+	ThumbNoFP bool
+
+	// Call decodes the call instruction before a return address, for
+	// call-site validation; PLT says whether code is a PLT stub (a direct
+	// call's target that jumps on to another function).
+	Call CallBefore
+	PLT  func(code []byte) bool
+
+	// RASlotTop says compilers save the return address at the top of a
+	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the
+	// x86 call): a return address found on the stack then gives the
+	// caller's SP exactly. AArch64 saves {x29, x30} at the bottom.
+	RASlotTop bool
+
+	// Strategies lists the unwinding strategies tried for each frame, in
+	// order, by name (package unwind defines them: signal, cfi, ehabi,
+	// prologue, lr, fp, scan).
+	Strategies []string
 
 	// MinInsn is the size of the shortest call instruction: caller frames
 	// look up unwind rules at return address − 1, and a return address
@@ -80,6 +100,23 @@ type Sigreturn struct {
 	// CPSRSlot, when non-zero, is the offset of the saved status word whose
 	// bit 5 is the interrupted code's Thumb state (ARM32).
 	CPSRSlot int64
+}
+
+// FrameRecord is one frame-pointer convention: where the record keeps the
+// caller's frame pointer and return address, as offsets from the frame
+// pointer, and where the caller's stack pointer is.
+type FrameRecord struct {
+	Name   string
+	PrevFP int64
+	RA     int64 // ignored for Leaf records
+	// CallerSP is the caller's SP as an offset from the frame pointer;
+	// SPExact says it is the caller's SP itself, not merely a lower bound
+	// (AArch64 puts the record at the bottom of a frame of unknown size).
+	CallerSP int64
+	SPExact  bool
+	// Leaf records save no return address: it is still in the link
+	// register, so they apply to the innermost frame only.
+	Leaf bool
 }
 
 // Slot is one saved register in a signal frame.

@@ -60,9 +60,21 @@ var ARM = &Arch{
 	PRStatus:    seq(0, 16),
 	PRStatusPC:  armPC,
 	PRStatusMin: 17,
-	// APCS frame: fp points at the saved pc slot; {fp, lr} below it in
-	// GCC's ARM-mode layout. Only a guarded last resort.
-	FrameRecord:  struct{ PrevFP, RA int64 }{-4, 0},
+	// GCC's A32 -fno-omit-frame-pointer frame: push {fp, lr}; add fp, sp,
+	// #4, so lr is at [fp], the previous fp at [fp-4] and the caller's SP
+	// is fp+4. The APCS frame (-mapcs-frame): mov ip, sp; push {fp, ip,
+	// lr, pc}; sub fp, ip, #4, so fp points at the saved pc, lr at [fp-4],
+	// the previous fp at [fp-12]. Thumb's r7 points below the locals: not
+	// walkable.
+	FrameRecords: []FrameRecord{
+		{Name: "gcc", PrevFP: -4, RA: 0, CallerSP: 4, SPExact: true},
+		{Name: "apcs", PrevFP: -12, RA: -4, CallerSP: 4, SPExact: true},
+	},
+	ThumbNoFP:    true,
+	RASlotTop:    true,
+	Call:         callARM,
+	PLT:          pltARM,
+	Strategies:   []string{"signal", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},
 	MinInsn:      2,
 	ThumbBit:     true,
 	Prologue:     prologue.ARM,

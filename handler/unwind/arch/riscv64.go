@@ -31,9 +31,18 @@ var RISCV64 = &Arch{
 	PRStatusCPSR: -1,
 	PRStatusPC:   0,
 	PRStatusMin:  32,
-	// With -fno-omit-frame-pointer, s0 points just above the saved {fp, ra}.
-	FrameRecord: struct{ PrevFP, RA int64 }{-16, -8},
-	MinInsn:     2,
+	// With -fno-omit-frame-pointer, s0 is the CFA (the caller's SP): a
+	// non-leaf function saves ra at fp-8 and the previous fp at fp-16; a
+	// leaf saves only the previous fp, at fp-8, and keeps ra in ra.
+	FrameRecords: []FrameRecord{
+		{Name: "riscv", PrevFP: -16, RA: -8, CallerSP: 0, SPExact: true},
+		{Name: "riscv-leaf", PrevFP: -8, CallerSP: 0, SPExact: true, Leaf: true},
+	},
+	Call:       callRISCV,
+	RASlotTop:  true,
+	PLT:        pltRISCV,
+	Strategies: []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
+	MinInsn:    2,
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
 		return prologue.RISCV(code, start, pc)
 	},

@@ -50,7 +50,12 @@ var X86_64 = &Arch{
 	PRStatusCPSR: -1,
 	PRStatusPC:   16,
 	PRStatusMin:  20,
-	FrameRecord:  struct{ PrevFP, RA int64 }{0, 8},
+	// push %rbp; mov %rsp, %rbp: {rbp, rip} at rbp, the caller's SP above.
+	FrameRecords: []FrameRecord{{Name: "rbp", PrevFP: 0, RA: 8, CallerSP: 16, SPExact: true}},
+	Call:         callX86,
+	RASlotTop:    true,
+	PLT:          pltX86,
+	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
 		// mov $15,%rax; syscall: glibc's and musl's __restore_rt. The

@@ -477,3 +477,26 @@ func (t *Table) fdeAt(off uint64) (*FDE, error) {
 	f.Insns, f.insnsOff = r.b[r.off:e.next], uint64(r.off)
 	return f, nil
 }
+
+// StartBefore returns the highest FDE start at or below pc (an address in
+// the file's own space), whether or not that FDE covers pc: a function
+// boundary, for call-site validation.
+func (t *Table) StartBefore(pc uint64) (uint64, bool) {
+	if t.hdr != nil && t.tabN > 0 {
+		i := sort.Search(t.tabN, func(i int) bool {
+			loc, _, err := t.hdrEntry(i)
+			return err != nil || loc > pc
+		}) - 1
+		if i < 0 {
+			return 0, false
+		}
+		loc, _, err := t.hdrEntry(i)
+		return loc, err == nil
+	}
+	t.once.Do(t.buildIndex)
+	i := sort.Search(len(t.index), func(i int) bool { return t.index[i].lo > pc }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return t.index[i].lo, true
+}

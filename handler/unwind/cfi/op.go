@@ -28,6 +28,12 @@ type EvalContext struct {
 // location description, which CFI expressions cannot use.
 var ErrExprUnsupported = errors.New("unsupported DWARF operator")
 
+// ErrRegUnknown: an expression reads a register the unwinder does not
+// have, e.g. RISC-V's vlenb (DWARF 7202, RVV code's frames), or one the
+// previous step could not recover. The frame fails; other strategies may
+// still recover it.
+var ErrRegUnknown = errors.New("the unwinder has no value for it")
+
 // DWARF 5 §2.5 / §7.7.1 operator codes.
 const (
 	opAddr       = 0x03
@@ -141,7 +147,7 @@ func Eval(expr []byte, ctx *EvalContext) (uint64, error) {
 				rv, ok = ctx.Regs.Get(int(reg))
 			}
 			if !ok {
-				return 0, fail(at, "register %d unknown", reg)
+				return 0, fail(at, "register %d unknown (%w)", reg, ErrRegUnknown)
 			}
 			stack = append(stack, (rv+uint64(off))&mask)
 			continue

@@ -198,3 +198,17 @@ func TestEvalNoMemory(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// RVV code's CFI reads vlenb (DWARF 7202, DW_OP_bregx): the unwinder has
+// no value for it, and says so with ErrRegUnknown so the frame can fall to
+// other strategies.
+func TestEvalVLenB(t *testing.T) {
+	var rs regs.Set
+	rs.Set(2, 0x1000)
+	expr := append([]byte{opBregx}, uleb(7202)...)
+	expr = append(expr, sleb(0)...)
+	_, err := Eval(expr, &EvalContext{Regs: &rs, PtrSize: 8, Order: binary.LittleEndian})
+	if !errors.Is(err, ErrRegUnknown) {
+		t.Errorf("Eval(bregx 7202) = %v, want ErrRegUnknown", err)
+	}
+}

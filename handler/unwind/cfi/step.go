@@ -28,7 +28,7 @@ func (r *Row) Step(cur *regs.Set, mem io.ReaderAt, sp int, a Arch) (caller regs.
 	case RuleCFARegOffset:
 		v, ok := cur.Get(int(r.CFA.Reg))
 		if r.CFA.Reg >= regs.Max || !ok {
-			return caller, 0, 0, fmt.Errorf("cfi: CFA register %d unknown", r.CFA.Reg)
+			return caller, 0, 0, fmt.Errorf("cfi: CFA register %d unknown (%w)", r.CFA.Reg, ErrRegUnknown)
 		}
 		cfa = v + uint64(r.CFA.Offset)
 	case RuleCFAExpression:

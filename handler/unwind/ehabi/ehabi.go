@@ -43,6 +43,7 @@ type Table struct {
 	extabAddr uint64
 	order     binary.ByteOrder
 	n         int
+	cant      int // EXIDX_CANTUNWIND entries
 }
 
 // New indexes the tables. exidx must be a whole number of 8-byte entries;
@@ -51,8 +52,21 @@ func New(exidx []byte, exidxAddr uint64, extab []byte, extabAddr uint64, order b
 	if len(exidx)%8 != 0 {
 		return nil, &FormatError{".ARM.exidx", uint64(len(exidx)), "size is not a multiple of 8"}
 	}
-	return &Table{exidx, exidxAddr, extab, extabAddr, order, len(exidx) / 8}, nil
+	t := &Table{exidx: exidx, exidxAddr: exidxAddr, extab: extab, extabAddr: extabAddr, order: order, n: len(exidx) / 8}
+	for i := 0; i < t.n; i++ {
+		if t.word(i, 1) == 1 {
+			t.cant++
+		}
+	}
+	return t, nil
 }
+
+// MostlyCantUnwind reports whether most entries are EXIDX_CANTUNWIND: the
+// module was built without unwind tables, and GNU ld covered its code with
+// such entries (elf32-arm.c, elf32_arm_fix_exidx_coverage). There an
+// EXIDX_CANTUNWIND says nothing of the function; elsewhere it marks an
+// outermost frame (_start, clone, thread starts).
+func (t *Table) MostlyCantUnwind() bool { return 2*t.cant >= t.n }
 
 // prel31 decodes a place-relative 31-bit offset at address at.
 func prel31(w uint32, at uint64) uint64 {
@@ -328,4 +342,14 @@ func Exec(ops []byte, s *State, mem Memory, order binary.ByteOrder) error {
 		s.Valid |= 1 << 15
 	}
 	return nil
+}
+
+// StartBefore returns the highest entry start at or below pc (a link-time
+// address): a function boundary, for call-site validation.
+func (t *Table) StartBefore(pc uint64) (uint64, bool) {
+	i := sort.Search(t.n, func(i int) bool { return t.fn(i) > pc }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return t.fn(i), true
 }

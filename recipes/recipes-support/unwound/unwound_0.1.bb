@@ -7,10 +7,12 @@ HOMEPAGE = "https://github.com/unwound-dev/unwound"
 BUGTRACKER = "https://github.com/unwound-dev/unwound/issues"
 SECTION = "devel"
 
-# unwound itself, then the modules vendored in the release tarball
-# (vendor/modules.txt): BurntSushi/toml (MIT), klauspost/compress
+# unwound itself (Apache-2.0), then the 7 modules vendored in the release
+# tarball (vendor/modules.txt): BurntSushi/toml (MIT), klauspost/compress
 # (BSD-3-Clause and Apache-2.0; internal/snapref BSD-3-Clause,
-# zstd/internal/xxhash MIT), golang.org/x/sys (BSD-3-Clause).
+# zstd/internal/xxhash MIT), golang.org/x/sys (BSD-3-Clause),
+# go.bug.st/serial (BSD-3-Clause), creack/goselect (MIT),
+# ianlancetaylor/demangle (BSD-3-Clause), ulikunitz/xz (BSD-3-Clause).
 LICENSE = "Apache-2.0 & BSD-3-Clause & MIT"
 LIC_FILES_CHKSUM = "\
     file://src/${GO_IMPORT}/LICENSE;md5=3b83ef96387f14655fc854ddc3c6bd57 \
@@ -26,7 +28,6 @@ LIC_FILES_CHKSUM = "\
 "
 
 GO_IMPORT = "github.com/unwound-dev/unwound"
-GO_INSTALL = "${GO_IMPORT}/cmd/unwound-handler ${GO_IMPORT}/cmd/unwound-uploader"
 
 # The release tarball made by `make dist` already holds vendor/: no network
 # after do_fetch, on every release from scarthgap (no gomod:// fetcher there)
@@ -38,8 +39,22 @@ SRC_URI = "https://github.com/unwound-dev/unwound/releases/download/v${PV}/unwou
 # `make dist VERSION=${PV}` at the tag (the tarball is reproducible).
 SRC_URI[sha256sum] = "0000000000000000000000000000000000000000000000000000000000000000"
 
-inherit go ${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', '', d)} \
-    ${@bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'update-rc.d', '', d)}
+# What sets kernel.core_pattern at boot: a sysctl.d file sorting after
+# systemd's 50-coredump.conf with systemd; an init script writing /proc/sys
+# with sysvinit (which applies only /etc/sysctl.conf). With both in
+# DISTRO_FEATURES, systemd's: the init script is then not installed, so the
+# classes follow UNWOUND_INIT (set before the inherit): update-rc.d's
+# postinst would run update-rc.d on a script that is not there.
+UNWOUND_INIT ?= "${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', \
+    bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'sysvinit', 'none', d), d)}"
+
+inherit go ${@'systemd' if d.getVar('UNWOUND_INIT') == 'systemd' else ''} \
+    ${@'update-rc.d' if d.getVar('UNWOUND_INIT') == 'sysvinit' else ''}
+
+# make install builds and runs its core_pattern generator on the build host
+# with HOST_GO: the native go, since ${GO} (oe-core's cross wrapper) exports
+# the target's GOARCH.
+DEPENDS += "go-native"
 
 # The queue of reports. It must be on persistent storage: with the
 # read-only-rootfs image feature /var/lib is a tmpfs and reports would be lost
@@ -48,18 +63,13 @@ inherit go ${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', '', d)}
 #   UNWOUND_QUEUE_DIR:pn-unwound = "/data/unwound/queue"
 UNWOUND_QUEUE_DIR ?= "/var/lib/unwound/queue"
 
-# What sets kernel.core_pattern at boot: a sysctl.d file sorting after
-# systemd's 50-coredump.conf with systemd; an init script writing /proc/sys
-# with sysvinit (which applies only /etc/sysctl.conf).
-UNWOUND_INIT ?= "${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'systemd', \
-    bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'sysvinit', 'none', d), d)}"
-
 # Static binaries: no cgo, no PIE (fails without cgo on arm and riscv64),
 # no shared Go runtime. Not stripped here: the -dbg package gets the symbols.
+# do_compile and do_install are the recipe's own (go.bbclass's `go install`
+# of GO_INSTALL is not used), so GO_INSTALL and GO_LINKSHARED are not set.
 # Go before 1.24 writes no GNU build ID: -B gobuildid derives one from the
 # Go build ID, so the -dbg package and debuginfod can match the binaries.
 CGO_ENABLED = "0"
-GO_LINKSHARED = ""
 GOBUILDFLAGS:remove = "-buildmode=pie"
 GO_EXTRA_LDFLAGS = "-B gobuildid -X ${GO_IMPORT}/internal/version.Version=${PV}"
 export GOFLAGS = "-mod=vendor"
@@ -72,7 +82,7 @@ do_compile() {
     ${GO} build ${GOBUILDFLAGS} -o ${B}/unwound-bin/ \
         ./cmd/unwound-handler ./cmd/unwound-uploader
 }
-do_compile[cleandirs] = "${B}/unwound-bin"
+do_compile[cleandirs] += "${B}/unwound-bin"
 
 # The repository's own `make install` lays out the board: binaries (the ones
 # built above, PREBUILT=), configuration, queue directory, and the
@@ -82,6 +92,8 @@ do_compile[cleandirs] = "${B}/unwound-bin"
 do_install() {
     oe_runmake -C ${S}/src/${GO_IMPORT} install \
         GO="${GO}" \
+        HOST_GO="${STAGING_BINDIR_NATIVE}/go" \
+        INSTALL_WORK=${B}/install-work \
         DESTDIR=${D} \
         PREFIX=${prefix} \
         SYSCONFDIR=${sysconfdir} \

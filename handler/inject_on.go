@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// fault makes a supervised child die the ways Go cannot recover from, to
+// inject makes a supervised child die the ways Go cannot recover from, to
 // test that the supervising parent still reports the crash. Only binaries
 // built with -tags unwoundfault read UNWOUND_FAULT: panic, oom, stack,
 // maps (concurrent map writes), hang.
-type fault struct{ mode string }
+type inject struct{ mode string }
 
-func childFault() fault { return fault{mode: os.Getenv("UNWOUND_FAULT")} }
+func childInject() inject { return inject{mode: os.Getenv("UNWOUND_FAULT")} }
 
 var sink [][]byte
 
-func (f fault) at(where string) {
+func (f inject) at(where string) {
 	if where != "unwind" {
 		return
 	}

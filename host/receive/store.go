@@ -1,4 +1,7 @@
-package main
+// Package receive is the host's end of the uploads: reports that boards
+// send over HTTP (Handler, Serve), over a serial line (Serial) or through a
+// console log (Extract), validated and kept in a Store.
+package receive
 
 import (
 	"bytes"
@@ -12,41 +15,43 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
-// dirStore keeps received reports as DIR/<id>.json.zst, written
-// atomically, one per report id: receivers deduplicate (uploads are at
-// least once).
-type dirStore struct {
+// Store keeps received reports as DIR/<id>.json.zst, written atomically,
+// one per report id: receivers deduplicate (uploads are at least once).
+type Store struct {
 	dir string
 	mu  sync.Mutex
 }
 
-func newDirStore(dir string) (*dirStore, error) {
+// NewStore opens (creating it if needed) the store in dir.
+func NewStore(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("--out DIR is required")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &dirStore{dir: dir}, nil
+	return &Store{dir: dir}, nil
 }
 
-func (s *dirStore) path(id string) string { return filepath.Join(s.dir, id+".json.zst") }
+// Path is where the report id is kept.
+func (s *Store) Path(id string) string { return filepath.Join(s.dir, id+queue.Suffix) }
 
-func (s *dirStore) has(id string) bool {
-	_, err := os.Stat(s.path(id))
+// Has reports whether the report id is kept.
+func (s *Store) Has(id string) bool {
+	_, err := os.Stat(s.Path(id))
 	return err == nil
 }
 
-var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
-
-// put validates data (zstd or plain JSON) as a report and stores it.
+// Put validates data (zstd or plain JSON) as a report and stores it.
 // wantID, when set, must be the report's id. It returns the report, whether
 // it was new, and a validation error (the sender's fault) or a local one.
-func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
+func (s *Store) Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
 	r, derr := decode.Report(data)
 	if derr != nil {
 		return nil, false, derr, nil
@@ -54,15 +59,15 @@ func (s *dirStore) put(data []byte, wantID string) (r *report.Report, stored boo
 	if wantID != "" && wantID != r.ID {
 		return nil, false, fmt.Errorf("report id %s, but %s was announced", r.ID, wantID), nil
 	}
-	if !bytes.HasPrefix(data, zstdMagic) {
+	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		data = report.Compress(data)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.has(r.ID) {
+	if s.Has(r.ID) {
 		return r, false, nil, nil
 	}
-	return r, true, nil, writeAtomic(s.path(r.ID), data)
+	return r, true, nil, writeAtomic(s.Path(r.ID), data)
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -101,16 +106,16 @@ type Stored struct {
 	Received time.Time `json:"received"`
 }
 
-// list returns the stored reports, oldest first.
-func (s *dirStore) list() ([]Stored, error) {
+// List returns the stored reports, oldest first.
+func (s *Store) List() ([]Stored, error) {
 	des, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, err
 	}
 	out := []Stored{}
 	for _, de := range des {
-		id, ok := strings.CutSuffix(de.Name(), ".json.zst")
-		if !ok || !validID(id) {
+		id, ok := strings.CutSuffix(de.Name(), queue.Suffix)
+		if !ok || !ValidID(id) {
 			continue
 		}
 		fi, err := de.Info()
@@ -123,7 +128,8 @@ func (s *dirStore) list() ([]Stored, error) {
 	return out, nil
 }
 
-func validID(id string) bool {
+// ValidID reports whether id is a report id: 32 hex digits.
+func ValidID(id string) bool {
 	b, err := hex.DecodeString(id)
 	return err == nil && len(b) == 16
 }

@@ -1,4 +1,4 @@
-package main
+package receive
 
 import (
 	"bytes"
@@ -22,11 +22,11 @@ import (
 func BenchmarkHTTPReports(b *testing.B) {
 	const n = 200
 	server := func() *httptest.Server {
-		st, err := newDirStore(b.TempDir())
+		st, err := NewStore(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
-		hs := httptest.NewServer(reportHandler(st, "", func(string, ...any) {}))
+		hs := httptest.NewServer(Handler(st, "", func(string, ...any) {}))
 		b.Cleanup(hs.Close)
 		return hs
 	}

@@ -46,7 +46,7 @@ func (c *crash) stackWindows() []coredump.Range {
 	// A handler on a sigaltstack returns to the main stack, whose SP only
 	// the signal frame knows. Keep the top of the main stack too: it holds
 	// the auxiliary vector's strings (AT_EXECFN), and main's callers.
-	if top, ok := c.core.AuxvValue(31); ok && top > 4*win { // AT_EXECFN
+	if top, ok := c.core.AuxvValue(coredump.AT_EXECFN); ok && top > 4*win {
 		for _, s := range c.core.Segments {
 			if top >= s.Vaddr && top < s.Vaddr+s.Memsz {
 				lo := s.Vaddr + s.Memsz - 4*win
@@ -175,4 +175,60 @@ func mapsSize(maps []module.Mapping, addr uint64) uint64 {
 		}
 	}
 	return 0
+}
+
+// collect keeps from the core stream what the unwinding needs (the
+// stack windows and code pages, collectStream) as the crash's memory.
+func (c *crash) collect(stream *coredump.Stream) {
+	mem, err := c.collectStream(stream)
+	if err != nil {
+		// Stacks cut short or missing: what is unwound may stop early.
+		c.errorf("core stream: %v", err)
+		c.partial = true
+	}
+	c.mem = mem
+}
+
+// addVDSO adds the vDSO as a module, loaded from the process's memory: it
+// has no file, and holds the signal trampolines on arm64 and riscv64.
+func (c *crash) addVDSO(size uint64) {
+	base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	if !ok || base == 0 || size == 0 || size > 1<<20 {
+		return
+	}
+	m := &module.Module{Path: "[vdso]", Start: base, End: base + size,
+		Maps: []module.Mapping{{Start: base, End: base + size, Path: "[vdso]"}}, RuntimeOffset: base}
+	if err := m.LoadFrom(offsetReader{r: c.mem, base: base, size: int64(size)}); err != nil {
+		c.log.Warnf("vdso: %v", err)
+	}
+	c.mods = append(c.mods, m)
+	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
+}
+
+// vdsoSize finds the vDSO's extent from the core's segments.
+func vdsoSize(core *coredump.Core) uint64 {
+	base, ok := core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	if !ok {
+		return 0
+	}
+	for _, s := range core.Segments {
+		if s.Vaddr == base {
+			return s.Filesz
+		}
+	}
+	return 0
+}
+
+// fileMaps turns NT_FILE into mappings.
+func fileMaps(core *coredump.Core) []module.Mapping {
+	maps := make([]module.Mapping, 0, len(core.Files))
+	for _, f := range core.Files {
+		maps = append(maps, module.Mapping{Start: f.Start, End: f.End, Offset: f.Offset, Path: f.Path})
+	}
+	return maps
+}
+
+func vdsoBase(core *coredump.Core) uint64 {
+	v, _ := core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	return v
 }

@@ -1,0 +1,85 @@
+package handler
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/unwound-dev/unwound/config"
+)
+
+// loopingModule assembles an AArch64 program whose only FDE keeps the
+// return address in x30 ("same value") while the CFA rises by 16: every
+// step gives the same PC again, with a higher SP (issue 20). It is linked
+// at 0x400000, as stackCore's NT_FILE says.
+func loopingModule(t *testing.T, dir string) {
+	t.Helper()
+	cc := "aarch64-linux-gnu-gcc"
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skip("needs " + cc)
+	}
+	src := filepath.Join(dir, "loop.s")
+	asm := `	.text
+	.globl _start
+_start:
+	.cfi_startproc
+	.cfi_def_cfa sp, 16
+	.cfi_same_value x30
+	.rept 2048
+	nop
+	.endr
+	.cfi_endproc
+`
+	if err := os.WriteFile(src, []byte(asm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "usr", "bin", "victim")
+	if err := os.MkdirAll(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(cc, "-nostdlib", "-static", "-Wl,-Ttext-segment=0x400000", "-Wl,--build-id", "-o", exe, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cc, err, out)
+	}
+}
+
+// A CFI rule that loops with a rising SP, in a two-thread core: each
+// thread's walk ends quickly, named as a loop, and the second thread still
+// gets its frames.
+func TestLoopingCFIRule(t *testing.T) {
+	dir := t.TempDir()
+	loopingModule(t, dir)
+	core := stackCore()
+	core.threads[0].pc, core.threads[0].lr = 0x400200, 0x400400
+	core.threads[1].pc, core.threads[1].lr = 0x400300, 0x400500
+	path := filepath.Join(dir, "core")
+	if err := os.WriteFile(path, core.bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Handler.Deadline = config.Duration(2 * time.Second)
+	start := time.Now()
+	r, err := Offline(OfflineOptions{CoreFile: path, Sysroot: dir, Config: cfg, Log: NewLogger(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v", d)
+	}
+	if len(r.Threads) != 2 {
+		t.Fatalf("%d threads", len(r.Threads))
+	}
+	for _, th := range r.Threads {
+		if th.StopReason != "loop" || len(th.Frames) < 2 || len(th.Frames) > 8 {
+			t.Errorf("thread %d: %d frames, stop %s (%s): want a few frames and a loop", th.TID, len(th.Frames), th.StopReason, th.StopDetail)
+		}
+		for _, f := range th.Frames {
+			if f.Method == "" || f.Trust == "" {
+				t.Errorf("thread %d: frame %v without method or trust", th.TID, f)
+			}
+		}
+	}
+}

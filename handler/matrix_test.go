@@ -1,0 +1,137 @@
+package handler
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/report"
+)
+
+// TestMatrixFigures runs the crash matrix (fixture.MatrixVariants: the
+// slice in make test, everything with UNWOUND_MATRIX=full) on this host's
+// cores: real kernel cores for x86_64 (NT_FILE, stream placement),
+// qemu-user cores elsewhere (no NT_FILE: the program is placed from
+// AT_ENTRY, its libraries from the link map). The handler reads the
+// stripped programs, gdb the unstripped ones. For each arch x variant it
+// prints the crashed-thread frames equal to gdb's and the wrong frames by
+// trust, and fails on any wrong frame of high or medium trust. The QEMU
+// lab (qemu.TestLab) does the same on real kernels of every arch.
+func TestMatrixFigures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
+	var mu sync.Mutex
+	rows := map[string]*fixture.Figures{}
+	// riscv64: qemu-riscv64 writes no cores; the lab covers it.
+	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
+		arch := arch
+		t.Run(arch, func(t *testing.T) {
+			dir := fixture.Build(t, arch)
+			for _, variant := range fixture.MatrixVariants(arch) {
+				if _, err := os.Stat(filepath.Join(dir, variant, "stripped", "crash")); err != nil {
+					continue // build.sh could not build it here (and said why)
+				}
+				fig := &fixture.Figures{}
+				rows[arch+"/"+variant] = fig
+				for _, sc := range matrixScenarios(dir, variant) {
+					prog := "crash"
+					if sc == "throw" {
+						prog = "crashxx"
+					}
+					b := fixture.Binary{Arch: arch, Variant: variant, Prog: prog, Dir: dir}
+					t.Run(variant+"/"+sc, func(t *testing.T) {
+						got, want := matrixCase(t, b, sc)
+						mu.Lock()
+						defer mu.Unlock()
+						before := len(fig.Cases)
+						trusted := countFigures(t, fig, b, sc, got, want)
+						for _, c := range fig.Cases[before:] {
+							t.Logf("wrong frame: %s", c)
+						}
+						known, isKnown := fixture.KnownWrong[arch+"/"+variant+"/"+sc]
+						switch {
+						case trusted > 0 && isKnown:
+							t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
+						case trusted > 0:
+							t.Errorf("%d wrong frames at high or medium trust", trusted)
+						case isKnown:
+							t.Errorf("no wrong frame any more: remove this crash from fixture.KnownWrong")
+						}
+					})
+				}
+			}
+		})
+	}
+	var b strings.Builder
+	fixture.Table(&b, rows)
+	t.Logf("crashed-thread frames against gdb (or the known call chain where gdb fails):\n%s", b.String())
+	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
+		os.WriteFile(p, []byte(b.String()), 0o644)
+	}
+}
+
+func matrixScenarios(dir, variant string) []string {
+	sc := append([]string(nil), fixture.MatrixScenarios...)
+	if _, err := os.Stat(filepath.Join(dir, variant, "stripped", "crashxx")); err == nil {
+		sc = append(sc, "throw")
+	}
+	return sc
+}
+
+func matrixCase(t *testing.T, b fixture.Binary, scenario string) (*report.Report, *fixture.Trace) {
+	core, kernel := fixture.Core(t, b, scenario)
+	want, err := fixture.TryOracle(t, b, core, b.Sysroot())
+	if errors.Is(err, fixture.ErrGDBTimeout) && fixture.KnownChains[scenario] != nil {
+		t.Log(err)
+		want = nil // the known chain is the reference
+	} else if errors.Is(err, fixture.ErrGDBTimeout) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	opts := OfflineOptions{CoreFile: core, Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)}
+	if !kernel {
+		opts.Exe = b.Stripped()
+	}
+	got, err := Offline(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, want
+}
+
+// countFigures adds one crash to fig: against gdb where gdb's walk follows
+// the program's known call structure, against that structure where it
+// does not.
+func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario string, got *report.Report, want *fixture.Trace) int {
+	name := b.Variant + "/" + scenario
+	if want != nil && fixture.GDBFollows(want, scenario) {
+		return fig.AddGDB(name, got, want)
+	}
+	th := got.Crashed()
+	syms, err := fixture.LoadSymbols(b.Unstripped())
+	if err != nil || th == nil {
+		t.Fatalf("symbols: %v, crashed thread %v", err, th)
+	}
+	mod := -1
+	for i, m := range got.Modules {
+		if m.Path == got.Exe {
+			mod = i
+		}
+	}
+	names := syms.Names(got, th, mod)
+	var meth []string
+	for _, f := range th.Frames {
+		meth = append(meth, f.Method)
+	}
+	t.Logf("gdb does not follow the known chain %v; counting against it: %v by %v (stop %s: %s)",
+		fixture.KnownChains[scenario], names, meth, th.StopReason, th.StopDetail)
+	return fig.AddChain(name, got, names, fixture.KnownChains[scenario])
+}

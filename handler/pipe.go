@@ -1,0 +1,144 @@
+package handler
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openStdin makes the pipe non-blocking (so reads honour a deadline) and,
+// with save_core_dir set, tees the core into a file there. prefix, when
+// not nil, is read before the pipe.
+func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
+	c.pipeReader(f, deadline)
+	var in io.Reader = &coreReader{prefix: prefix, pipe: c.stdin}
+	f = c.stdin
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			f.Close()
+			c.frozen = time.Since(c.start)
+		}
+	}
+	dir := c.cfg.Handler.SaveCoreDir
+	if dir == "" {
+		return in, release, nil
+	}
+	name := filepath.Join(dir, fmt.Sprintf("core.%d.%d", c.pid, c.kernelTime))
+	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		c.errorf("save_core_dir: %v", err)
+		return in, release, nil
+	}
+	c.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
+	return io.TeeReader(in, out), release, out
+}
+
+// pipeReader returns a reader of the pipe that honours deadline, and sets
+// c.stdin to the descriptor to close when the core is no longer needed.
+func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
+	var in io.Reader = f
+	// A duplicate descriptor in non-blocking mode goes through Go's poller,
+	// so reads honour the deadline; the original is closed, the pipe stays
+	// open through the duplicate until release.
+	if fd, err := unix.Dup(int(f.Fd())); err == nil {
+		unix.CloseOnExec(fd)
+		if unix.SetNonblock(fd, true) == nil {
+			nf := os.NewFile(uintptr(fd), "stdin")
+			if nf.SetReadDeadline(deadline) == nil {
+				f.Close()
+				f, in = nf, nf
+			} else {
+				nf.Close()
+			}
+		} else {
+			unix.Close(fd)
+		}
+	}
+	c.stdin = f
+	return in
+}
+
+// coreReader is the core: the bytes a supervising parent already read
+// (prefix, nil once drained), then the pipe.
+type coreReader struct {
+	prefix io.Reader
+	pipe   *os.File
+	null   int  // /dev/null, opened on the first skip; -1: unusable
+	grown  bool // the pipe's buffer was enlarged
+}
+
+func (r *coreReader) Read(p []byte) (int, error) {
+	if r.prefix != nil {
+		n, err := r.prefix.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		r.prefix = nil
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return r.pipe.Read(p)
+}
+
+// skip discards n bytes of the core. From the pipe it splices them into
+// /dev/null: no copy through the handler's memory, one system call per
+// pipe buffer (a 1 GiB process streams 1 GiB: with 8 KiB reads into a
+// buffer that was 131,072 reads and copies). The pipe is grown to 1 MiB
+// (kernel memory, freed as it drains) so each splice moves more.
+func (r *coreReader) skip(n int64) (int64, error) {
+	if r.null == 0 {
+		r.null = -1
+		if fd, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			r.null = fd
+		}
+	}
+	rc, err := r.pipe.SyscallConn()
+	if r.prefix != nil || r.null < 0 || err != nil {
+		return io.CopyN(io.Discard, r, n)
+	}
+	if !r.grown {
+		r.grown = true
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
+	var done int64
+	var serr error
+	for done < n && serr == nil {
+		err := rc.Read(func(fd uintptr) bool {
+			m, e := unix.Splice(int(fd), nil, r.null, nil, int(min(n-done, 1<<20)), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case e == unix.EAGAIN:
+				return false // wait for the kernel to write more
+			case e != nil:
+				serr = e
+			case m == 0:
+				serr = io.EOF
+			default:
+				done += int64(m) // int on 32-bit ARM
+			}
+			return true
+		})
+		if err != nil && serr == nil {
+			serr = err // the read deadline
+		}
+	}
+	return done, serr
+}
+
+// saveCore drains the rest of the core through the tee into the file.
+func (c *crash) saveCore(in io.Reader, out *os.File) {
+	c.stdin.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		c.errorf("save_core_dir: %v", err)
+	}
+	if err := out.Sync(); err != nil {
+		c.errorf("save_core_dir: %v", err)
+	}
+	out.Close()
+}

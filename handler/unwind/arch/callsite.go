@@ -1,0 +1,205 @@
+package arch
+
+import "encoding/binary"
+
+// Call is the call instruction found just before a return address.
+type Call struct {
+	// Direct calls name their target; indirect ones (through a register or
+	// memory) do not, and cannot be checked against the callee.
+	Direct bool
+	Target uint64 // direct calls: the callee's address, Thumb bit clear
+	Size   int    // bytes of the call instruction: it starts at RA − Size
+}
+
+// CallBefore decodes the call instruction ending at the return address
+// ra. before holds the bytes just before ra (its last byte is at ra−1; it
+// may be shorter near the start of a segment); thumb is the caller's
+// instruction set (ARM32: bit 0 of the return address).
+type CallBefore func(before []byte, ra uint64, thumb bool) (Call, bool)
+
+// MaxCallSize is the most bytes any CallBefore looks at.
+const MaxCallSize = 8
+
+func sext(v uint64, bits uint) int64 {
+	return int64(v<<(64-bits)) >> (64 - bits)
+}
+
+func tailU32(b []byte, back int) (uint32, bool) {
+	if len(b) < back {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(b[len(b)-back:]), true
+}
+
+func tailU16(b []byte, back int) (uint16, bool) {
+	if len(b) < back {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(b[len(b)-back:]), true
+}
+
+// callAArch64 decodes BL, BLR and the pointer-authenticating BLRAA, BLRAB,
+// BLRAAZ, BLRABZ (Arm ARM C6.2).
+func callAArch64(b []byte, ra uint64, _ bool) (Call, bool) {
+	w, ok := tailU32(b, 4)
+	if !ok {
+		return Call{}, false
+	}
+	switch {
+	case w&0xFC000000 == 0x94000000: // BL imm26
+		return Call{Direct: true, Target: uint64(int64(ra-4) + sext(uint64(w&0x03FFFFFF), 26)*4), Size: 4}, true
+	case w&0xFFFFFC1F == 0xD63F0000, // BLR Xn
+		w&0xFFFFF800 == 0xD73F0800, // BLRAA, BLRAB Xn, Xm
+		w&0xFFFFF81F == 0xD63F081F: // BLRAAZ, BLRABZ Xn
+		return Call{Size: 4}, true
+	}
+	return Call{}, false
+}
+
+// callARM decodes A32 BL, BLX (immediate), BLX (register) and, in Thumb
+// state, the 32-bit BL/BLX and the 16-bit BLX (register) (Arm ARM A8.8.25,
+// A8.8.26).
+func callARM(b []byte, ra uint64, thumb bool) (Call, bool) {
+	if !thumb {
+		w, ok := tailU32(b, 4)
+		if !ok || ra%4 != 0 {
+			return Call{}, false
+		}
+		imm := sext(uint64(w&0x00FFFFFF), 24) * 4
+		switch {
+		case w&0xFE000000 == 0xFA000000: // BLX imm: to Thumb, H is bit 24
+			return Call{Direct: true, Target: uint64(int64(ra+4)+imm+int64(w>>24&1)*2) & 0xffffffff, Size: 4}, true
+		case w>>28 == 0xF:
+			return Call{}, false
+		case w&0x0F000000 == 0x0B000000: // BL<c> imm
+			return Call{Direct: true, Target: uint64(int64(ra+4)+imm) & 0xffffffff, Size: 4}, true
+		case w&0x0FFFFFF0 == 0x012FFF30: // BLX<c> Rm
+			return Call{Size: 4}, true
+		}
+		return Call{}, false
+	}
+	if hw1, ok := tailU16(b, 4); ok {
+		hw2, _ := tailU16(b, 2)
+		if hw1&0xF800 == 0xF000 && (hw2&0xD000 == 0xD000 || hw2&0xD001 == 0xC000) {
+			s := uint32(hw1>>10) & 1
+			j1, j2 := uint32(hw2>>13)&1, uint32(hw2>>11)&1
+			i1, i2 := ^(j1^s)&1, ^(j2^s)&1
+			imm := s<<24 | i1<<23 | i2<<22 | uint32(hw1&0x3FF)<<12 | uint32(hw2&0x7FF)<<1
+			off := sext(uint64(imm), 25)
+			if hw2&0xD000 == 0xD000 { // BL: stays in Thumb
+				return Call{Direct: true, Target: uint64(int64(ra)+off) & 0xffffffff, Size: 4}, true
+			}
+			// BLX imm: to ARM state, from Align(PC, 4).
+			return Call{Direct: true, Target: uint64(int64(ra&^3)+off) & 0xfffffffc, Size: 4}, true
+		}
+	}
+	if h, ok := tailU16(b, 2); ok && h&0xFF87 == 0x4780 { // BLX Rm
+		return Call{Size: 2}, true
+	}
+	return Call{}, false
+}
+
+// callRISCV decodes JAL ra, JALR ra and C.JALR (RISC-V unprivileged ISA
+// §2.5, §16.4). Only calls that link into ra count: JAL with rd = t0 is a
+// millicode call, not a frame.
+func callRISCV(b []byte, ra uint64, _ bool) (Call, bool) {
+	if w, ok := tailU32(b, 4); ok {
+		switch {
+		case w&0xFFF == 0x0EF: // JAL ra, imm
+			imm := uint64(w>>31&1)<<20 | uint64(w>>21&0x3FF)<<1 | uint64(w>>20&1)<<11 | uint64(w>>12&0xFF)<<12
+			return Call{Direct: true, Target: uint64(int64(ra-4) + sext(imm, 21)), Size: 4}, true
+		case w&0x7FFF == 0x00E7: // JALR ra, rs1, imm
+			return Call{Size: 4}, true
+		}
+	}
+	if h, ok := tailU16(b, 2); ok && h&0xF07F == 0x9002 && h>>7&0x1F != 0 { // C.JALR rs1
+		return Call{Size: 2}, true
+	}
+	return Call{}, false
+}
+
+// callX86 decodes CALL rel32 (E8) and CALL r/m64 (FF /2) with any ModRM
+// form, optionally after a REX prefix (Intel SDM vol. 2A, "CALL").
+func callX86(b []byte, ra uint64, _ bool) (Call, bool) {
+	if len(b) >= 5 && b[len(b)-5] == 0xE8 {
+		rel := int32(binary.LittleEndian.Uint32(b[len(b)-4:]))
+		return Call{Direct: true, Target: uint64(int64(ra) + int64(rel)), Size: 5}, true
+	}
+	for n := 2; n <= 7 && n <= len(b); n++ {
+		i := len(b) - n
+		if b[i] != 0xFF || modrmLen(b[i+1:]) != n-1 || b[i+1]>>3&7 != 2 {
+			continue
+		}
+		size := n
+		if i > 0 && b[i-1]&0xF0 == 0x40 {
+			size++
+		}
+		return Call{Size: size}, true
+	}
+	return Call{}, false
+}
+
+// modrmLen is the length of a ModRM byte with its SIB and displacement, in
+// 64-bit mode.
+func modrmLen(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	mod, rm := b[0]>>6, b[0]&7
+	n := 1
+	if mod != 3 && rm == 4 {
+		n++ // SIB
+		if mod == 0 && len(b) > 1 && b[1]&7 == 5 {
+			n += 4 // SIB with no base: disp32
+		}
+	}
+	switch {
+	case mod == 0 && rm == 5:
+		n += 4 // RIP-relative
+	case mod == 1:
+		n++
+	case mod == 2:
+		n += 4
+	}
+	return n
+}
+
+// PLT stubs are where direct calls to another module land: the stub jumps
+// on through the GOT. A call whose target is a stub cannot be checked
+// against the callee any further.
+
+func pltAArch64(code []byte) bool {
+	w, ok := headU32(code)
+	return ok && w&0x9F00001F == 0x90000010 // adrp x16, …
+}
+
+func pltARM(code []byte) bool {
+	if len(code) >= 2 && binary.LittleEndian.Uint16(code) == 0x4778 {
+		return true // Thumb entry veneer: bx pc; nop (then the ARM entry)
+	}
+	w, ok := headU32(code)
+	// add ip, pc, #…, or the long form movw ip, #…
+	return ok && (w&0xFFFFF000 == 0xE28FC000 || w&0xFFF0F000 == 0xE300C000)
+}
+
+func pltRISCV(code []byte) bool {
+	w, ok := headU32(code)
+	return ok && w&0xFFF == 0xE17 // auipc t3, …
+}
+
+func pltX86(code []byte) bool {
+	if len(code) >= 4 && code[0] == 0xF3 && code[1] == 0x0F && code[2] == 0x1E && code[3] == 0xFA {
+		code = code[4:] // endbr64
+	}
+	if len(code) >= 1 && code[0] == 0xF2 {
+		code = code[1:] // bnd
+	}
+	return len(code) >= 2 && code[0] == 0xFF && code[1] == 0x25 // jmp *rel32(%rip)
+}
+
+func headU32(b []byte) (uint32, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(b), true
+}

@@ -1,0 +1,96 @@
+package arch
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+func w32(ws ...uint32) []byte {
+	var b []byte
+	for _, w := range ws {
+		b = binary.LittleEndian.AppendUint32(b, w)
+	}
+	return b
+}
+
+func h16(hs ...uint16) []byte {
+	var b []byte
+	for _, h := range hs {
+		b = binary.LittleEndian.AppendUint16(b, h)
+	}
+	return b
+}
+
+// Encodings taken from objdump of the crash fixtures and Debian binaries:
+// each call ends at ra, "before" holds the bytes up to ra.
+func TestCallBefore(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dec    CallBefore
+		before []byte
+		ra     uint64
+		thumb  bool
+		ok     bool
+		direct bool
+		target uint64
+		size   int
+	}{
+		{"a64 bl forward", callAArch64, w32(0x940000f0), 0x8b8, false, true, true, 0xc74, 4},
+		{"a64 bl back", callAArch64, w32(0x97ffffd8), 0xa14, false, true, true, 0x970, 4},
+		{"a64 blr x8", callAArch64, w32(0xd63f0100), 0x1004, false, true, false, 0, 4},
+		{"a64 blraa x8, x9", callAArch64, w32(0xd73f0909), 0x1004, false, true, false, 0, 4},
+		{"a64 blraaz x8", callAArch64, w32(0xd63f091f), 0x1004, false, true, false, 0, 4},
+		{"a64 br x8 is no call", callAArch64, w32(0xd61f0100), 0x1004, false, false, false, 0, 0},
+		{"a64 b is no call", callAArch64, w32(0x17ffffd8), 0xa14, false, false, false, 0, 0},
+		{"a32 bl", callARM, w32(0xeb0000a0), 0x544, false, true, true, 0x7c8, 4},
+		{"a32 bl back", callARM, w32(0xebfffff4), 0x624, false, true, true, 0x5f8, 4},
+		{"a32 blx r3", callARM, w32(0xe12fff33), 0x1004, false, true, false, 0, 4},
+		{"a32 b is no call", callARM, w32(0xeafffff4), 0x624, false, false, false, 0, 0},
+		{"thumb bl", callARM, h16(0xf7ff, 0xfff4), 0x628, true, true, true, 0x610, 4},
+		{"thumb blx to arm", callARM, h16(0xf7ff, 0xefee), 0x61c, true, true, true, 0x5f8, 4},
+		{"thumb blx r3", callARM, h16(0x4798), 0x972, true, true, false, 0, 2},
+		{"thumb bx lr is no call", callARM, h16(0x4770), 0x972, true, false, false, 0, 0},
+		{"rv jal ra", callRISCV, w32(0xf65ff0ef), 0x940, false, true, true, 0x8a0, 4},
+		{"rv jal ra forward", callRISCV, w32(0x010000ef), 0x1004, false, true, true, 0x1010, 4},
+		{"rv jalr ra, a5", callRISCV, w32(0x000780e7), 0x1004, false, true, false, 0, 4},
+		{"rv c.jalr a5", callRISCV, h16(0x9782), 0x1002, false, true, false, 0, 2},
+		{"rv jalr t1 (plt) is no call", callRISCV, w32(0x000e0367), 0x86c, false, false, false, 0, 0},
+		{"rv jal t0 (millicode) is no call", callRISCV, w32(0x010002ef), 0x1004, false, false, false, 0, 0},
+		{"x86 call rel32", callX86, []byte{0xe8, 0x34, 0xff, 0xff, 0xff}, 0x110c, false, true, true, 0x1040, 5},
+		{"x86 call *%rax", callX86, []byte{0xff, 0xd0}, 0x1012, false, true, false, 0, 2},
+		{"x86 call *%r14", callX86, []byte{0x41, 0xff, 0xd6}, 0xe3a0, false, true, false, 0, 3},
+		{"x86 call *0x30(%r12)", callX86, []byte{0x41, 0xff, 0x54, 0x24, 0x30}, 0xfc40, false, true, false, 0, 5},
+		{"x86 call *rel(%rip)", callX86, []byte{0xff, 0x15, 0x9f, 0xdd, 0x01, 0x00}, 0x61f1, false, true, false, 0, 6},
+		{"x86 jmp *%rax is no call", callX86, []byte{0xff, 0xe0}, 0x1012, false, false, false, 0, 0},
+		{"x86 too short", callX86, []byte{0xd0}, 0x1012, false, false, false, 0, 0},
+	} {
+		c, ok := tc.dec(tc.before, tc.ra, tc.thumb)
+		if ok != tc.ok || (ok && (c.Direct != tc.direct || c.Target != tc.target || c.Size != tc.size)) {
+			t.Errorf("%s: %+v %v, want ok=%v direct=%v target=%#x size=%d", tc.name, c, ok, tc.ok, tc.direct, tc.target, tc.size)
+		}
+	}
+}
+
+func TestPLT(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		plt  func([]byte) bool
+		code []byte
+		want bool
+	}{
+		{"a64 adrp x16", pltAArch64, w32(0x90000090, 0xf9400a11), true},
+		{"a64 stp", pltAArch64, w32(0xa9bf7bfd), false},
+		{"arm add ip, pc", pltARM, w32(0xe28fc600, 0xe28cca10), true},
+		{"thumb bx pc", pltARM, h16(0x4778, 0x46c0), true},
+		{"arm push", pltARM, w32(0xe92d4010), false},
+		{"rv auipc t3", pltRISCV, w32(0x00002e17), true},
+		{"rv addi sp", pltRISCV, w32(0xff010113), false},
+		{"x86 jmp *rel(%rip)", pltX86, []byte{0xff, 0x25, 0, 0, 0, 0}, true},
+		{"x86 endbr64; bnd jmp", pltX86, []byte{0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0, 0}, true},
+		{"x86 push %rbp", pltX86, []byte{0x55, 0x48, 0x89, 0xe5}, false},
+	} {
+		if got := tc.plt(tc.code); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,27 @@
+package arch
+
+import "testing"
+
+// FuzzCallBefore feeds every architecture's call-site decoder and PLT
+// matcher arbitrary code bytes (they come from the files a crashed
+// process mapped): no panic, sizes within the bytes given.
+func FuzzCallBefore(f *testing.F) {
+	f.Add(w32(0x940000f0), uint64(0x8b8), false)
+	f.Add(h16(0xf7ff, 0xefee), uint64(0x61c), true)
+	f.Add(h16(0x4798), uint64(0x972), true)
+	f.Add(w32(0xf65ff0ef), uint64(0x940), false)
+	f.Add([]byte{0x41, 0xff, 0x54, 0x24, 0x30}, uint64(0xfc40), false)
+	f.Add([]byte{0xff, 0x14, 0x25, 0, 0, 0, 0}, uint64(0x1007), false)
+	f.Add([]byte{}, uint64(0), false)
+	f.Fuzz(func(t *testing.T, b []byte, ra uint64, thumb bool) {
+		if len(b) > MaxCallSize {
+			b = b[len(b)-MaxCallSize:]
+		}
+		for _, a := range all {
+			if c, ok := a.Call(b, ra, thumb); ok && (c.Size <= 0 || c.Size > MaxCallSize) {
+				t.Errorf("%s: call of %d bytes", a.Name, c.Size)
+			}
+			a.PLT(b)
+		}
+	})
+}

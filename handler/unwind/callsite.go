@@ -1,0 +1,219 @@
+package unwind
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/handler/unwind/prologue"
+)
+
+// callSite validates a candidate return address ra for the frame callee
+// (DESIGN.md §10): ra must be in code and follow a call instruction; when
+// reach is set and the call is direct, its target must be able to reach
+// the callee's PC: at or below it, in the same module (or a PLT stub that
+// jumps on), with no known function start in between, and the call site
+// itself not between the two (that would be a return address of the
+// callee's own function, left in LR by a call it made). A return address
+// at a signal trampoline passes: the kernel, not a call, put it there.
+//
+// On ARM, ra carries the caller's instruction set in bit 0.
+func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, error) {
+	a := u.p.Arch
+	thumb := false
+	if a.ThumbBit {
+		thumb = ra&1 != 0
+		ra &^= 1
+	}
+	mi, m := u.module(ra)
+	if mi < 0 || !m.InCode(ra) {
+		if u.isTrampoline(ra) {
+			return arch.Call{Direct: true}, nil
+		}
+		return arch.Call{}, fmt.Errorf("return address %#x is not in code", ra)
+	}
+	if a.Call == nil {
+		return arch.Call{}, errors.New("no call-site decoder")
+	}
+	var buf [arch.MaxCallSize]byte
+	before := buf[:]
+	for len(before) >= 2 && u.readCode(m, ra-uint64(len(before)), before) != nil {
+		before = before[len(before)/2:]
+	}
+	c, ok := a.Call(before, ra, thumb)
+	if !ok {
+		if u.isTrampoline(ra) {
+			return arch.Call{Direct: true}, nil
+		}
+		return arch.Call{}, fmt.Errorf("no call instruction before the return address %#x", ra)
+	}
+	if !reach || !c.Direct {
+		return c, nil
+	}
+	pc := lookupPC(callee)
+	tm, tmod := u.module(c.Target)
+	if tm < 0 {
+		return c, fmt.Errorf("the call at %#x targets %#x, in no module", ra-uint64(c.Size), c.Target)
+	}
+	cm := module.Find(u.p.Modules, pc)
+	if a.PLT != nil {
+		code := make([]byte, 8)
+		if u.readCode(tmod, c.Target, code) == nil && a.PLT(code) {
+			// A PLT stub jumps on to another module: the callee's PC must
+			// be in another module than the stub (a return address left
+			// by the callee's own calls through its PLT would pass else).
+			if tm == cm {
+				return c, fmt.Errorf("the call at %#x goes through a PLT stub, and the pc is in the same module", ra-uint64(c.Size))
+			}
+			return c, nil
+		}
+	}
+	switch {
+	case tm != cm:
+		return c, fmt.Errorf("the call at %#x targets %#x, another module than the pc", ra-uint64(c.Size), c.Target)
+	case c.Target > pc:
+		return c, fmt.Errorf("the call at %#x targets %#x, above the pc", ra-uint64(c.Size), c.Target)
+	case ra-uint64(c.Size) >= c.Target && ra-uint64(c.Size) <= pc:
+		return c, fmt.Errorf("the call at %#x lies between its target and the pc", ra-uint64(c.Size))
+	}
+	if tmod.File != nil {
+		b := tmod.Bias()
+		if s, ok := tmod.File.StartBefore(pc - b); ok && s > c.Target-b {
+			return c, fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, c.Target)
+		}
+	}
+	return c, nil
+}
+
+// isTrampoline reports whether code at pc is a signal-return trampoline.
+func (u *unwinder) isTrampoline(pc uint64) bool {
+	a := u.p.Arch
+	if u.notTramp[pc] {
+		return false
+	}
+	mi, m := u.module(pc)
+	if mi < 0 {
+		m = nil
+	}
+	for i := range a.Sigreturns {
+		sr := &a.Sigreturns[i]
+		code := make([]byte, len(sr.Code))
+		if u.readCode(m, pc, code) == nil && bytes.Equal(code, sr.Code) {
+			return true
+		}
+	}
+	if len(u.notTramp) >= 4096 {
+		clear(u.notTramp)
+	}
+	u.notTramp[pc] = true
+	return false
+}
+
+// Scan bounds: how far above SP a return address is looked for, and how
+// much is read at a time.
+const (
+	maxScan   = 16 << 10
+	scanChunk = 512
+)
+
+// scan walks up the stack from SP and takes the first word that passes
+// call-site validation as the return address. It knows nothing of the
+// frame's layout: the caller's registers are unknown but for SP, just
+// above the slot. With confirmedOnly, only a word the callee's prologue
+// confirms is taken.
+func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
+	a := u.p.Arch
+	sp, ok := cur.rs.Get(a.SP)
+	if !ok {
+		return state{}, errors.New("no stack pointer")
+	}
+	ps := uint64(a.PtrSize)
+	sp = (sp + ps - 1) &^ (ps - 1)
+	buf := make([]byte, scanChunk)
+	var rejected int
+	for off := uint64(0); off < maxScan; off += scanChunk {
+		n, _ := u.p.Mem.ReadAt(buf, int64(sp+off))
+		if n < int(ps) {
+			break
+		}
+		for i := 0; i+int(ps) <= n; i += int(ps) {
+			var w uint64
+			if ps == 4 {
+				w = uint64(a.Order.Uint32(buf[i:]))
+			} else {
+				w = a.Order.Uint64(buf[i:])
+			}
+			w = a.StripPAC(w, u.p.PACMask)
+			if w < a.MinInsn {
+				continue
+			}
+			if module.Find(u.p.Modules, w&^1) < 0 && !u.isTrampoline(w&^1) {
+				// Not code, unless a signal trampoline outside every
+				// module ([sigpage], qemu-user's sigtramp page).
+				continue
+			}
+			c, err := u.callSite(w, cur, true)
+			if err != nil {
+				rejected++
+				continue
+			}
+			slot := sp + off + uint64(i)
+			next, ok, err := u.confirm(c, cur, slot)
+			if err != nil {
+				rejected++
+				continue
+			}
+			if ok {
+				return next, nil
+			}
+			if confirmedOnly {
+				rejected++
+				continue
+			}
+			next = state{}
+			next.pc = w
+			next.rs.Set(a.SP, slot+ps)
+			next.spApprox = !a.RASlotTop
+			next.raMem = true
+			return next, nil
+		}
+		if n < len(buf) {
+			break
+		}
+	}
+	return state{}, fmt.Errorf("no return address in %d bytes above SP (%d code addresses failed call-site validation)", maxScan, rejected)
+}
+
+// confirm checks a return address found at slot against the prologue of
+// the function its direct call targets: the callee's start. When the
+// prologue decodes, it must have saved the return address in that very
+// slot; the frame is then the prologue's (medium trust: the call site, the
+// callee's start and the slot all agree). ok is false when the prologue
+// says nothing either way.
+func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, error) {
+	a := u.p.Arch
+	if !c.Direct || a.Prologue == nil || cur.spApprox {
+		return state{}, false, nil
+	}
+	mi, m := u.module(cur.pc)
+	if mi < 0 || m.File == nil || module.Find(u.p.Modules, c.Target) != mi {
+		return state{}, false, nil
+	}
+	next, fr, err := u.prologueAt(m, cur, c.Target-m.Bias(), false)
+	switch {
+	case errors.Is(err, prologue.ErrWrongStart):
+		return state{}, false, err
+	case err != nil:
+		return state{}, false, nil
+	}
+	sp, _ := cur.rs.Get(a.SP)
+	off, saved := fr.Saved[a.RA]
+	if !saved || uint64(int64(sp+fr.Size)+off) != slot {
+		return state{}, false, fmt.Errorf("the prologue at %#x saves the return address elsewhere", c.Target)
+	}
+	next.via = MethodPrologue
+	next.raMem = true
+	return next, true, nil
+}

@@ -1,0 +1,118 @@
+package receive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.bug.st/serial"
+
+	"github.com/unwound-dev/unwound/uploader/serialproto"
+	"github.com/unwound-dev/unwound/uploader/serialup"
+)
+
+// SerialOptions configure the serial receiver.
+type SerialOptions struct {
+	Port   string // the device; name it by /dev/serial/by-id/... so a replugged adapter is found again
+	Baud   int
+	Flow   string        // none or rtscts
+	Follow bool          // keep listening after the board's queue is empty
+	Count  int           // stop after this many new reports (0: never)
+	Idle   time.Duration // stop after this long without a frame (0: never)
+	Log    func(format string, args ...any)
+}
+
+// SerialResult is what a serial session received.
+type SerialResult struct {
+	Stored, Dups   int // reports stored, duplicates offered
+	Noise, Corrupt int // lines that were not frames, frames that failed their check
+}
+
+// Serial is the host end of the serial link (docs/serial-protocol.md). It
+// returns when the board says its queue is empty (unless Follow), and
+// survives the adapter going away: it reopens the same path.
+func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, error) {
+	var res SerialResult
+	p, err := serialup.Open(o.Port, o.Baud, o.Flow)
+	if err != nil {
+		return res, err
+	}
+	host, _ := os.Hostname()
+	conn := serialproto.NewConn(p)
+	rc := serialproto.NewReceiver(conn, serialStore{st}, serialproto.ReceiverOptions{
+		Count: o.Count, Idle: o.Idle, Follow: o.Follow, Name: host, Log: o.Log,
+	})
+	o.Log("listening on %s at %d baud, storing into %s", o.Port, o.Baud, st.dir)
+	for {
+		err = rc.Serve(ctx)
+		n, c := conn.Noise()
+		res.Noise, res.Corrupt = res.Noise+n, res.Corrupt+c
+		p.Close()
+		if err == nil || errors.Is(err, serialproto.ErrIdle) || errors.Is(err, serialproto.ErrEmpty) || ctx.Err() != nil {
+			break
+		}
+		// The port failed (EIO: the adapter was unplugged, or the other
+		// end of a pty went away): reopen the same path when it is back.
+		o.Log("%s: %v; waiting for it to come back", o.Port, err)
+		p, err = reopen(ctx, o.Port, o.Baud, o.Flow, o.Idle)
+		if err != nil {
+			break
+		}
+		o.Log("%s: reopened", o.Port)
+		conn = serialproto.NewConn(p)
+		rc.Use(conn)
+	}
+	res.Stored, res.Dups = rc.Stored, rc.Dups
+	switch {
+	case err == nil || errors.Is(err, serialproto.ErrEmpty) || errors.Is(err, context.Canceled):
+		return res, nil
+	case errors.Is(err, serialproto.ErrIdle):
+		if o.Count > 0 && rc.Stored < o.Count {
+			return res, fmt.Errorf("%d of %d reports before stopping", rc.Stored, o.Count)
+		}
+		return res, nil
+	}
+	return res, err
+}
+
+// reopen opens path again, trying every half second until it works, ctx
+// ends, or idle (when set) passes.
+func reopen(ctx context.Context, path string, baud int, flow string, idle time.Duration) (serial.Port, error) {
+	var give <-chan time.Time
+	if idle > 0 {
+		give = time.After(idle)
+	}
+	for {
+		p, err := serialup.Open(path, baud, flow)
+		if err == nil {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-give:
+			return nil, fmt.Errorf("%w: %s did not come back: %v", serialproto.ErrIdle, path, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// serialStore adapts Store to serialproto.Store.
+type serialStore struct{ s *Store }
+
+func (s serialStore) Has(id serialproto.ID) bool { return s.s.Has(id.String()) }
+
+func (s serialStore) Put(id serialproto.ID, data []byte) (serialproto.Status, string, error) {
+	_, stored, invalid, err := s.s.Put(data, id.String())
+	switch {
+	case err != nil:
+		return 0, "", err
+	case invalid != nil:
+		return serialproto.Rejected, invalid.Error(), nil
+	case !stored:
+		return serialproto.Duplicate, "", nil
+	}
+	return serialproto.Stored, "", nil
+}
