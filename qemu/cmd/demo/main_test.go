@@ -100,6 +100,9 @@ func checkDemo(t *testing.T, arch, out string) {
 		if !warningRE.MatchString(l) {
 			continue
 		}
+		if strings.HasPrefix(strings.TrimSpace(l), "(stop: end_of_stack: ") {
+			continue // why the walk ended where the stack does: each method's reason, not a warning
+		}
 		if arch == "riscv64" && strings.Contains(l, "missing: ") && strings.Contains(l, "not a Debian 12") {
 			continue // said, as it must be
 		}
