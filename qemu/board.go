@@ -2,22 +2,24 @@ package qemu
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
-
-	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
-// Board is a demo board: an AArch64 guest with unwound-handler installed
-// through its own --core-pattern line and unwound-uploader draining the
-// queue over a serial line (the virtio console /dev/hvc0) to `unwound
-// receive` on a host pty. It is what `make demo` shows and what the serial
-// end-to-end test runs.
+// Board is a demo board: a BusyBox system with unwound installed the way a
+// Buildroot or Yocto (sysvinit) image has it (PackagedRoot: `make install
+// INIT=sysvinit`, S02sysctl applying the installed sysctl file, the
+// installed init script starting the uploader), Debian's own glibc where
+// Debian 12 has a port, and a last init script that crashes a
+// multi-threaded program. The uploader daemon drains the report over a
+// serial line (the virtio console /dev/hvc0) to `unwound receive` on a host
+// pty. It is what `make demo` shows and what the serial end-to-end tests run.
 type Board struct {
 	Arch     string // aarch64 by default
 	Scenario string // of testdata/crash/crash.c
@@ -30,14 +32,85 @@ type Board struct {
 type BoardResult struct {
 	Reports  []string // received .json.zst files
 	HostRoot string   // the board's files, unstripped, for symbolizing
-	Unwound  string   // the host binary
-	Console  string
+	// DebugDirs are the build-id trees for `unwound symbolize --debug-dir`:
+	// libc6-dbg's for Debian's libc on the board.
+	DebugDirs []string
+	// Missing says what the demo could not have (Debian's libc for an
+	// architecture without a Debian 12 port, or without network), and
+	// what the trace lacks because of it.
+	Missing []string
+	Unwound string // the host binary
+	Console string
+}
+
+// SymbolizeArgs are the arguments of `unwound symbolize` for a received
+// report: the board's unstripped files and the debug directories.
+func (r *BoardResult) SymbolizeArgs(report string, extra ...string) []string {
+	a := append([]string{"symbolize"}, extra...)
+	a = append(a, "--sysroot", r.HostRoot)
+	for _, d := range r.DebugDirs {
+		a = append(a, "--debug-dir", d)
+	}
+	return append(a, report)
 }
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..")
 }
+
+// boardConfig is what the demo changes in the installed configuration,
+// as an integrator's rootfs overlay would.
+var boardConfig = []struct{ sec, key, val string }{
+	// The board's root is an initramfs: no flash in this VM.
+	{"queue", "allow_volatile", "true"},
+	// Reports leave over the virtio console.
+	{"upload", "transport", `"serial"`},
+	{"serial", "port", `"/dev/hvc0"`},
+}
+
+// boardScript is the board's last init script (/etc/init.d/S99demo): it
+// shows the kernel's crash settings as the installed files left them,
+// crashes the program, waits for the uploader daemon to drain the queue,
+// then shows what unwound logged (the uploader's check of the kernel's
+// settings, the handler's lines in the kernel log) and reboots, which ends
+// QEMU (-no-reboot).
+const boardScript = `#!/bin/sh
+# The demo's crash (written by qemu/board.go; not part of a package).
+[ "$1" = start ] || exit 0
+CONFIG=/etc/unwound/unwound.toml
+Q=$(sed -n 's/^dir = "\(.*\)"$/\1/p' "$CONFIG" | head -n 1)
+rc=0
+say() { echo "demo: $*"; }
+say "kernel.core_pattern = $(cat /proc/sys/kernel/core_pattern)"
+say "kernel.core_pipe_limit = $(cat /proc/sys/kernel/core_pipe_limit), fs.suid_dumpable = $(cat /proc/sys/fs/suid_dumpable)"
+pidof unwound-uploader >/dev/null && say "unwound-uploader running (pid $(pidof unwound-uploader))" || { say "unwound-uploader not running"; rc=1; }
+/usr/bin/crash "$SCENARIO" &
+wait $!
+say "/usr/bin/crash $SCENARIO: exit status $?"
+# Drained: no handler still at work and no report left (the uploader
+# removes a report once the host has acknowledged it).
+i=0
+while [ $i -lt 1200 ]; do
+	set -- "$Q"/*.json.zst
+	[ -e "$1" ] || pidof unwound-handler >/dev/null || break
+	sleep 0.1
+	i=$((i + 1))
+done
+if [ -e "$1" ]; then
+	say "queue not drained: $*"
+	rc=1
+else
+	say "queue drained"
+fi
+say "the handler's kernel log:"
+dmesg | grep unwound-handler
+say "unwound-uploader list (at start it checks the kernel's crash settings; a mismatch would be printed first):"
+unwound-uploader --config "$CONFIG" list
+sync
+echo "UNWOUND-GUEST-DONE rc=$rc"
+reboot -f
+`
 
 // Run builds everything, boots the board, crashes the program and drains
 // the report to the host.
@@ -53,31 +126,77 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	work := b.Dir
 	res := &BoardResult{HostRoot: filepath.Join(work, "root"), Unwound: filepath.Join(work, "unwound")}
 	say("kernel: minimal %s Linux from linux-source-6.1 (cached in ~/.cache/unwound; the first build takes a few minutes)", arch)
-	kernel, err := Kernel(arch)
+	// The first kernel build takes minutes: the board's files, downloads
+	// and builds are made meanwhile.
+	type built struct {
+		image string
+		err   error
+	}
+	kch := make(chan built, 1)
+	go func() {
+		image, err := Kernel(arch)
+		kch <- built{image, err}
+	}()
+	say("the board's libc: Debian's libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)")
+	type fetched struct {
+		libc *DebianLibc
+		err  error
+	}
+	dch := make(chan fetched, 1)
+	go func() {
+		dl, err := FetchDebianLibc(arch)
+		dch <- fetched{dl, err}
+	}()
+	say("board files: make install INIT=sysvinit (unwound-handler, unwound-uploader, unwound.toml, /etc/sysctl.d/60-unwound.conf, /etc/init.d/unwound), BusyBox init")
+	rootDir := filepath.Join(work, "rootfs")
+	if err := PackagedRoot(arch, rootDir); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(rootDir, "etc/unwound/unwound.toml")
+	cfg, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return nil, err
 	}
-	say("building the board's binaries (static Go) and the crash program")
-	for name, pkg := range map[string]string{
-		"init":             "github.com/unwound-dev/unwound/qemu/cmd/guestinit",
-		"unwound-handler":  "github.com/unwound-dev/unwound/cmd/unwound-handler",
-		"unwound-uploader": "github.com/unwound-dev/unwound/cmd/unwound-uploader",
-	} {
-		if err := BuildGo(pkg, arch, filepath.Join(work, name)); err != nil {
+	for _, c := range boardConfig {
+		if cfg, err = SetTOML(cfg, c.sec, c.key, c.val); err != nil {
 			return nil, err
 		}
+	}
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	script := strings.Replace(boardScript, "CONFIG=", "SCENARIO="+b.Scenario+"\nCONFIG=", 1)
+	if err := os.WriteFile(filepath.Join(rootDir, "etc/init.d/S99demo"), []byte(script), 0o755); err != nil {
+		return nil, err
 	}
 	if out, err := exec.Command("go", "build", "-o", res.Unwound, "github.com/unwound-dev/unwound/cmd/unwound").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build unwound: %v\n%s", err, out)
 	}
+
+	d := <-dch
+	dl := d.libc
+	if d.err != nil {
+		why := d.err.Error()
+		if np := (*NoDebianPortError)(nil); !errors.As(d.err, &np) {
+			why = "Debian's libc6 and libc6-dbg could not be had: " + why
+		}
+		res.Missing = append(res.Missing, why+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
+		say("missing: %s", res.Missing[len(res.Missing)-1])
+	}
+
 	l := libsFor[arch]
 	cc := l.triplet + "-gcc"
 	if arch == "x86_64" {
 		cc = "gcc"
 	}
+	say("building /usr/bin/crash (%s -O2 -g, stripped on the board as Yocto and Buildroot strip it)", cc)
 	os.MkdirAll(filepath.Join(res.HostRoot, "usr/bin"), 0o755)
 	prog := filepath.Join(res.HostRoot, "usr/bin/crash")
 	src := filepath.Join(repoRoot(), "testdata/crash/crash.c")
+	// Linked against the cross toolchain's glibc (libc6-<arch>-cross),
+	// run with Debian's libc6 of the same release: glibc is backward
+	// compatible, and the program needs no symbol newer than 2.36
+	// (docs/qemu-lab.md, "The demo").
 	flags := []string{"-O2", "-g", "-funwind-tables", "-pthread", "-Wl,--build-id", "-o", prog, src}
 	if arch == "aarch64" {
 		// Signed return addresses (PAC) where the CPU has them: what
@@ -96,35 +215,25 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		return nil, fmt.Errorf("strip: %v\n%s", err, out)
 	}
 	r := NewInitramfs()
-	r.HostFile("/init", 0o755, filepath.Join(work, "init"))
-	r.HostFile("/usr/bin/unwound-handler", 0o755, filepath.Join(work, "unwound-handler"))
-	r.HostFile("/usr/bin/unwound-uploader", 0o755, filepath.Join(work, "unwound-uploader"))
-	r.HostFile("/usr/bin/crash", 0o755, stripped)
-	if err := AddGlibc(r, arch, res.HostRoot); err != nil {
+	if err := r.HostTree(rootDir, "/"); err != nil {
 		return nil, err
 	}
-	r.File("/etc/unwound/unwound.toml", 0o644, []byte(`# The demo board: the queue lives in RAM (no flash in this VM), reports
-# leave over the virtio console.
-[queue]
-dir = "/var/lib/unwound/queue"
-allow_volatile = true
-[upload]
-transport = "serial"
-[serial]
-port = "/dev/hvc0"
-baud = 115200
-`))
-	plan := guest.Plan{Steps: []guest.Step{
-		{Mkdir: "/var/lib/unwound/queue"},
-		{CorePattern: []string{"/usr/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
-		{Run: []string{"/usr/bin/crash", b.Scenario}},
-		{WaitFiles: "/var/lib/unwound/queue/*.json.zst", Count: 1},
-		{Run: []string{"/usr/bin/unwound-uploader", "--config", "/etc/unwound/unwound.toml", "--once"}, MustSucceed: true},
-		{Ship: "/var/lib/unwound/queue/*.json.zst", As: "left"},
-	}}
-	js, _ := json.Marshal(plan)
-	r.File("/plan.json", 0o644, js)
+	r.HostFile("/usr/bin/crash", 0o755, stripped)
+	if dl != nil {
+		res.DebugDirs = append(res.DebugDirs, dl.Debug)
+		err = AddDebianGlibc(r, arch, dl, res.HostRoot)
+	} else {
+		err = AddGlibc(r, arch, res.HostRoot)
+	}
+	if err != nil {
+		return nil, err
+	}
 
+	k := <-kch
+	if k.err != nil {
+		return nil, k.err
+	}
+	kernel := k.image
 	out := filepath.Join(work, "received")
 	os.MkdirAll(out, 0o755)
 	recvErr := make(chan error, 1)
@@ -132,20 +241,17 @@ baud = 115200
 	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
 			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
-			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--idle", "3m", "--quiet")
+			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m", "--quiet")
 			if err := recv.Start(); err != nil {
 				recvErr <- err
 				return
 			}
 			go func() { recvErr <- recv.Wait() }()
 		}}
-	say("booting the board; the handler becomes core_pattern, /usr/bin/crash %s crashes, unwound-uploader drains the queue over serial", b.Scenario)
+	say("booting the board: BusyBox init runs S02sysctl and S50unwound, then /usr/bin/crash %s crashes and the uploader daemon drains the queue over serial", b.Scenario)
 	mres, err := m.Run(ctx)
 	if mres != nil {
 		res.Console = mres.Console
-		if n := len(mres.Files); n > 0 {
-			return res, fmt.Errorf("%d reports left in the board's queue after the upload", n)
-		}
 	}
 	if err != nil {
 		return res, err

@@ -1,10 +1,12 @@
 package qemu
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/unwound-dev/unwound/internal/fixture"
 )
@@ -62,6 +64,95 @@ func AddGlibc(r *Initramfs, arch, hostRoot string) error {
 	r.Symlink("/lib/"+l.triplet, ".")
 	r.Symlink("/lib64", "lib")
 	return nil
+}
+
+// DebianLibc is Debian bookworm's own glibc for a guest architecture
+// (libc6:<debarch>) with the debug files that match it (libc6-dbg of the
+// same version), unpacked by qemu/libc/get.sh into the cache.
+type DebianLibc struct {
+	Version string
+	Lib     string // the directory holding libc.so.6 and the dynamic loader
+	Debug   string // libc6-dbg's usr/lib/debug: a .build-id tree for --debug-dir
+}
+
+// NoDebianPortError says that an architecture has no Debian 12 port
+// (riscv64), in qemu/libc/get.sh's words.
+type NoDebianPortError struct{ Msg string }
+
+func (e *NoDebianPortError) Error() string { return e.Msg }
+
+// FetchDebianLibc fetches (or finds in the cache) Debian's libc6 and
+// libc6-dbg for arch. The error says what is missing and why (no network,
+// no port): the caller can go on with the cross toolchain's libc.
+func FetchDebianLibc(arch string) (*DebianLibc, error) {
+	l, ok := libsFor[arch]
+	if !ok {
+		return nil, fmt.Errorf("no glibc layout for %s", arch)
+	}
+	cmd := exec.Command(filepath.Join(repoRoot(), "qemu", "libc", "get.sh"), arch)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
+			return nil, &NoDebianPortError{msg}
+		}
+		return nil, fmt.Errorf("qemu/libc/get.sh %s: %v: %s", arch, err, reason(msg))
+	}
+	dir := strings.TrimSpace(string(out))
+	ver, _ := os.ReadFile(filepath.Join(dir, "version"))
+	d := &DebianLibc{Version: strings.TrimSpace(string(ver)), Lib: filepath.Join(dir, "root", "lib", l.triplet), Debug: filepath.Join(dir, "debug")}
+	if _, err := os.Stat(filepath.Join(d.Lib, "libc.so.6")); err != nil {
+		return nil, fmt.Errorf("libc6:%s from Debian: %w", arch, err)
+	}
+	return d, nil
+}
+
+// AddDebianGlibc is AddGlibc with Debian's own libc6 (loader, libc, libm)
+// in place of the cross toolchain's build of the same glibc release;
+// libgcc_s and libstdc++, which libc6 does not hold, still come from the
+// cross toolchain. hostRoot/lib holds the same files, for the symbolizer.
+func AddDebianGlibc(r *Initramfs, arch string, d *DebianLibc, hostRoot string) error {
+	l, ok := libsFor[arch]
+	if !ok {
+		return fmt.Errorf("no glibc layout for %s", arch)
+	}
+	hostLib := filepath.Join(hostRoot, "lib")
+	if err := os.MkdirAll(hostLib, 0o755); err != nil {
+		return err
+	}
+	os.Symlink(".", filepath.Join(hostLib, l.triplet))
+	os.Symlink("lib", filepath.Join(hostRoot, "lib64"))
+	for _, n := range append([]string{l.interp}, runtimeLibs...) {
+		from := filepath.Join(d.Lib, n)
+		if _, err := os.Stat(from); err != nil {
+			from = filepath.Join(l.hostDir, n)
+		}
+		p, err := filepath.EvalSymlinks(from)
+		if err != nil {
+			return fmt.Errorf("%s: %v (install the cross toolchain: make deps)", arch, err)
+		}
+		r.HostFile("/lib/"+n, 0o755, p)
+		if err := os.Symlink(p, filepath.Join(hostLib, n)); err != nil {
+			return err
+		}
+	}
+	r.Symlink("/lib/"+l.triplet, ".")
+	r.Symlink("/lib64", "lib")
+	return nil
+}
+
+// reason is the line of apt's output that says why it failed: its first
+// error (E:), else its last line.
+func reason(log string) string {
+	lines := strings.Split(log, "\n")
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "E: ") {
+			return l
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // muslLoaders name musl's dynamic loader (its libc.so) per architecture.

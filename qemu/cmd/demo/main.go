@@ -1,66 +1,91 @@
-// Command demo is `make demo`: it boots an AArch64 QEMU board with
-// unwound-handler installed as core_pattern, crashes a multi-threaded
-// program on it, drains the report to this host over a serial line
-// (unwound-uploader on the board's /dev/hvc0, `unwound receive` on a host
-// pty), and prints the symbolized backtrace.
+// Command demo is `make demo`: it boots an AArch64 QEMU board with unwound
+// installed as a Buildroot or Yocto image installs it (the packaged sysctl
+// file and init script), crashes a multi-threaded program on it, drains the
+// report to this host over a serial line (the unwound-uploader daemon on
+// the board's /dev/hvc0, `unwound receive` on a host pty), and prints the
+// backtrace symbolized with the program's debug info and the debug files
+// of the board's libc (Debian's libc6-dbg).
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/unwound-dev/unwound/qemu"
-	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
 func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	scenario := flag.String("scenario", "threads", "crash scenario of testdata/crash/crash.c")
-	arch := flag.String("arch", "aarch64", "board architecture: aarch64, arm, riscv64, x86_64")
+	arch := flag.String("arch", "arm64", "board architecture: arm64 (aarch64), arm (armhf), riscv64, x86_64 (amd64)")
 	cpu := flag.String("cpu", "", "QEMU CPU model (aarch64: max enables pointer authentication)")
 	flag.Parse()
-	if err := run(*arch, *cpu, *scenario, *keep); err != nil {
+	a, ok := arches[*arch]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "demo: --arch %s: use arm64, arm, riscv64 or x86_64\n", *arch)
+		os.Exit(2)
+	}
+	work, err := os.MkdirTemp("", "unwound-demo-")
+	if err == nil {
+		if *keep {
+			fmt.Println("work directory:", work)
+		}
+		_, err = run(os.Stdout, a, *cpu, *scenario, work)
+		if !*keep {
+			os.RemoveAll(work)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
-
-func run(arch, cpu, scenario string, keep bool) error {
-	work, err := os.MkdirTemp("", "unwound-demo-")
-	if err != nil {
-		return err
-	}
-	if keep {
-		fmt.Println("work directory:", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
-	b := &qemu.Board{Arch: arch, CPU: cpu, Scenario: scenario, Dir: work, Progress: step}
-	res, err := b.Run(context.Background())
-	if res != nil {
-		fmt.Print(indent(guestLines(res.Console)))
-	}
-	if err != nil {
-		return err
-	}
-	step("received %s; symbolizing with the unstripped program", filepath.Base(res.Reports[0]))
-	sym := exec.Command(res.Unwound, "symbolize", "--sysroot", res.HostRoot, res.Reports[0])
-	sym.Stdout, sym.Stderr = os.Stdout, os.Stderr
-	return sym.Run()
+// arches maps the names --arch takes (the lab's and Debian's) to the lab's.
+var arches = map[string]string{
+	"arm64": "aarch64", "aarch64": "aarch64", "arm": "arm", "armhf": "arm",
+	"riscv64": "riscv64", "x86_64": "x86_64", "amd64": "x86_64",
 }
 
-// guestLines keeps the console lines worth showing.
+// run is the demo; it returns the board's result for the test.
+func run(w io.Writer, arch, cpu, scenario, work string) (*qemu.BoardResult, error) {
+	step := func(format string, args ...any) { fmt.Fprintf(w, "==> "+format+"\n", args...) }
+	b := &qemu.Board{Arch: arch, CPU: cpu, Scenario: scenario, Dir: work, Progress: step}
+	res, err := b.Run(context.Background())
+	if res != nil && res.Console != "" {
+		step("the board's console")
+		fmt.Fprint(w, indent(guestLines(res.Console)))
+	}
+	if err != nil {
+		return res, err
+	}
+	how := "the unstripped program"
+	if len(res.DebugDirs) > 0 {
+		how += " and libc6-dbg's debug files (--debug-dir)"
+	}
+	step("received %s; symbolizing with %s", filepath.Base(res.Reports[0]), how)
+	sym := exec.Command(res.Unwound, res.SymbolizeArgs(res.Reports[0])...)
+	sym.Stdout, sym.Stderr = w, w
+	if err := sym.Run(); err != nil {
+		return res, err
+	}
+	for _, m := range res.Missing {
+		step("missing: %s", m)
+	}
+	return res, nil
+}
+
+// guestLines is the console without blank lines and carriage returns.
 func guestLines(console string) string {
 	var b strings.Builder
 	for _, l := range strings.Split(console, "\n") {
-		if strings.HasPrefix(l, "guestinit:") || strings.HasPrefix(l, "unwound") || strings.Contains(l, guest.Marker) {
+		if l = strings.TrimRight(l, "\r"); strings.TrimSpace(l) != "" {
 			b.WriteString(l + "\n")
 		}
 	}

@@ -1,0 +1,100 @@
+#!/bin/sh
+# Finds (or fetches) Debian bookworm's own glibc for a guest architecture
+# and the debug files that match it: libc6:<debarch> and libc6-dbg:<debarch>
+# of the same version, unpacked (never installed) so that the demo board
+# runs exactly the libc whose build-id debug files the host symbolizes with.
+#
+#   qemu/libc/get.sh ARCH      ARCH: aarch64 arm x86_64
+#
+# Prints a directory on stdout holding
+#   root/     libc6's files (lib/<triplet>/libc.so.6, the dynamic loader, ...)
+#   debug/    libc6-dbg's usr/lib/debug (a .build-id tree), for --debug-dir
+#   version   the package version
+# Logs go to stderr. Exit status 3: the architecture has no Debian 12 port
+# (riscv64); 1: anything else went wrong (no network, say).
+#
+# apt-get runs with a private state directory (its own sources list, lists
+# and architectures), as qemu/busybox/get.sh does: the host's dpkg
+# configuration is never changed (no `dpkg --add-architecture`).
+# Cached in ${UNWOUND_CACHE:-$HOME/.cache/unwound}/debian-libc/<arch>-<version>/;
+# a cached copy is reused without asking the network.
+set -eu
+
+arch=${1:?usage: get.sh ARCH}
+cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
+mirror=${UNWOUND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+suite=bookworm
+
+log() { echo "libc/$arch: $*" >&2; }
+
+case $arch in
+aarch64) debarch=arm64 ;;
+arm) debarch=armhf ;;
+x86_64) debarch=amd64 ;;
+riscv64)
+	echo "riscv64 is not a Debian 12 (bookworm) architecture: there is no libc6:riscv64 or libc6-dbg:riscv64 to fetch" >&2
+	exit 3
+	;;
+*) echo "get.sh: unknown arch $arch (aarch64 arm x86_64)" >&2; exit 2 ;;
+esac
+
+found() {
+	for d in "$cache"/debian-libc/"$arch"-*/; do
+		if [ -s "$d/version" ]; then
+			echo "${d%/}"
+			return 0
+		fi
+	done
+	return 1
+}
+found && exit 0
+
+mkdir -p "$cache/debian-libc"
+exec 9>"$cache/debian-libc/.lock"
+flock 9
+found && exit 0
+
+apt=$cache/debian-libc/apt
+mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc"
+cat >"$apt/etc/sources.list" <<EOF
+deb [arch=arm64,armhf,amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+EOF
+aptwith() {
+	tool=$1
+	shift
+	"$tool" -q \
+		-o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" \
+		-o Dir::Etc::SourceList="$apt/etc/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
+		-o Dir::State::status=/dev/null \
+		-o APT::Architectures::=arm64 -o APT::Architectures::=armhf -o APT::Architectures::=amd64 \
+		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
+		-o APT::Sandbox::User=root "$@"
+}
+if [ ! -s "$apt/updated" ] || [ -n "$(find "$apt/updated" -mmin +1440)" ]; then
+	log "apt-get update (private state in $apt)"
+	# --error-on=any: an unreachable mirror is an error, not a warning
+	# that leaves no lists behind a fresh "updated" stamp.
+	rm -f "$apt/updated"
+	aptwith apt-get update --error-on=any >&2
+	date >"$apt/updated"
+fi
+
+work=$(mktemp -d "$cache/debian-libc/work.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+# Both packages at one version: libc6-dbg's build-ids name that libc6 only.
+ver=$(aptwith apt-cache show "libc6:$debarch" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
+[ -n "$ver" ] || { echo "get.sh: no libc6:$debarch in $suite" >&2; exit 1; }
+log "apt-get download libc6:$debarch=$ver libc6-dbg:$debarch=$ver"
+aptwith apt-get download "libc6:$debarch=$ver" "libc6-dbg:$debarch=$ver" >&2
+mkdir -p out/root x
+dpkg-deb -x libc6_*.deb out/root
+dpkg-deb -x libc6-dbg_*.deb x
+mv x/usr/lib/debug out/debug
+echo "$ver" >out/version
+dest=$cache/debian-libc/$arch-$(echo "$ver" | tr ':~' '__')
+rm -rf "$dest"
+mv out "$dest"
+echo "$dest"
