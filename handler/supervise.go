@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/unwound-dev/unwound/internal/smallsort"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -51,7 +51,7 @@ func (h handover) format() []byte {
 	for r := range h.Dropped {
 		reasons = append(reasons, r)
 	}
-	sort.Strings(reasons)
+	smallsort.Strings(reasons)
 	for _, r := range reasons {
 		b = append(b, ' ')
 		b = append(b, r...)

@@ -18,11 +18,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/internal/smallsort"
 	"golang.org/x/sys/unix"
 )
 
@@ -298,7 +298,7 @@ func formatState(st *state) string {
 	for k := range st.PerExe {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	smallsort.Strings(keys)
 	for _, k := range keys {
 		line("e "+k, st.PerExe[k])
 	}
@@ -306,7 +306,7 @@ func formatState(st *state) string {
 	for k := range st.Dropped {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	smallsort.Strings(keys)
 	for _, k := range keys {
 		b.WriteString("d " + k + " " + strconv.Itoa(st.Dropped[k]) + "\n")
 	}
