@@ -214,7 +214,7 @@ func (fpStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, errSkip
 	}
 	if f.cur.thumb && u.p.Arch.ThumbNoFP {
-		return state{}, errors.New("Thumb code keeps no walkable frame pointer")
+		return state{}, errors.New("no walkable frame pointer in Thumb code")
 	}
 	return u.framePointer(f)
 }
