@@ -10,7 +10,6 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
-	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/report"
 )
@@ -184,7 +183,7 @@ func (c *crash) registersResults() {
 			c.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
 			continue
 		}
-		thumb := thumbState(c.arch, t.Regs)
+		thumb := c.arch.Thumb(t.Regs)
 		if thumb {
 			pc &^= 1
 		}
@@ -201,13 +200,6 @@ func (c *crash) registersResults() {
 		}
 		c.results[t.TID] = res
 	}
-}
-
-// thumbState reports whether a 32-bit ARM thread was in Thumb state: the
-// T bit of its CPSR (ARM ARM, "The Current Program Status Register").
-func thumbState(a *arch.Arch, prstatus []uint64) bool {
-	i := a.PRStatusCPSR
-	return i >= 0 && i < len(prstatus) && prstatus[i]&0x20 != 0
 }
 
 // entryModule is the index in c.mods of the module holding the program's

@@ -175,7 +175,7 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 		}
 		p.PACMask = t.PACMask
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
-			Thumb:     thumbState(c.arch, t.Regs),
+			Thumb:     c.arch.Thumb(t.Regs),
 			MaxFrames: c.cfg.Handler.MaxFrames,
 			MaxWalk:   walkShare,
 			Deadline:  now.Add(share),

@@ -439,7 +439,7 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 		if sr.CPSRSlot != 0 {
 			cpsr, err := u.readPtr(base + uint64(sr.CPSRSlot))
 			if err == nil {
-				next.thumb = cpsr&0x20 != 0
+				next.thumb = cpsr&arch.CPSRThumb != 0
 			}
 			next.pc &^= 1
 		}

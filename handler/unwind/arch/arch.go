@@ -86,6 +86,17 @@ type Arch struct {
 	PRStatusCPSR int
 }
 
+// CPSRThumb is the CPSR's T bit (ARM ARM, "The Current Program Status
+// Register"): the thread was executing Thumb code.
+const CPSRThumb = 1 << 5
+
+// Thumb says whether a thread whose NT_PRSTATUS registers are prstatus was
+// in Thumb state.
+func (a *Arch) Thumb(prstatus []uint64) bool {
+	i := a.PRStatusCPSR
+	return i >= 0 && i < len(prstatus) && prstatus[i]&CPSRThumb != 0
+}
+
 // Sigreturn describes a signal-return trampoline: its instruction bytes and
 // where the kernel's signal frame keeps the interrupted registers.
 type Sigreturn struct {
