@@ -263,7 +263,7 @@ func LoadOrDefault(path string) (*Config, error) {
 	case c == nil:
 		return Default(), fmt.Errorf("config unreadable, using the defaults: %w", err)
 	}
-	return c, fmt.Errorf("config has errors, using the defaults for the keys in error: %w", err)
+	return c, fmt.Errorf("config has errors, using defaults for the keys in error: %w", err)
 }
 
 // Salvage keeps every key of a broken config that is fine on its own and

@@ -372,7 +372,10 @@ func TestDist(t *testing.T) {
 		t.Fatalf("offline build of the tarball: %v\n%s", err, out)
 	}
 	dest := shortTemp(t)
-	out, err := makeIn(t, top, offline, "install", "DESTDIR="+dest, "INIT=systemd")
+	// The tarball is shared with the other tests (TestYoctoRealTree copies
+	// it into ${S} and checks nothing was written there): scratch files go
+	// to a temporary INSTALL_WORK, as the recipe sends them to ${B}.
+	out, err := makeIn(t, top, offline, "install", "DESTDIR="+dest, "INIT=systemd", "INSTALL_WORK="+t.TempDir())
 	if err != nil {
 		t.Fatalf("offline make install in the tarball: %v\n%s", err, out)
 	}

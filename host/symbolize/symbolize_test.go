@@ -221,6 +221,18 @@ func compareFixture(t *testing.T, fc fixtureCrash) (nA2L, nGDB, nInlined int) {
 			}
 		}
 		frames := crashed.Frames
+		// Frames from the stack scan are low trust: a guess the report
+		// marks as one (issue 16 bounds how often they may be wrong; the
+		// crash matrix counts them). The comparison ends at the first.
+		for i, f := range frames {
+			if f.Trust == "low" && crashed.Elided == 0 {
+				frames = frames[:i]
+				if len(wf) > i {
+					wf = wf[:i]
+				}
+				break
+			}
+		}
 		if len(wf) < len(frames) && crashed.Elided == 0 {
 			// riscv64: gdb's prologue analyzer needs a symbol and stops
 			// at stripped libc's start_thread, where the s0 chain leads
@@ -238,7 +250,7 @@ func compareFixture(t *testing.T, fc fixtureCrash) (nA2L, nGDB, nInlined int) {
 				w = wf[len(wf)-(len(crashed.Frames)-i)]
 			}
 			if w.PC != f.PC.String() {
-				t.Fatalf("frame %d: pc %v, gdb %s", i, f.PC, w.PC)
+				t.Fatalf("frame %d: pc %v (%s, trust %q), gdb %s; stop %s: %s", i, f.PC, f.Method, f.Trust, w.PC, crashed.StopReason, crashed.StopDetail)
 			}
 			if w.Function == "" || res.Modules[f.Module].DebugFile == "" && f.Module != progMod {
 				// gdb names frames of libraries without debug files from
