@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -88,17 +89,28 @@ func loadModule(path string) error {
 // openPort finds the virtio serial port the host collects files from. The
 // descriptor is close-on-exec: a virtio port has one opener at a time, and
 // crashing children must not hold it.
+//
+// Right after the module is loaded, devtmpfs can show the port's node
+// before the driver has added the port: open then fails with ENXIO (seen
+// with Debian's arm64 kernel under load), and is tried again.
 func openPort() *os.File {
+	var err error
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		ports, _ := filepath.Glob("/dev/vport*p1")
-		if len(ports) > 0 {
-			f, err := os.OpenFile(ports[0], os.O_WRONLY|syscall.O_CLOEXEC, 0)
-			if err == nil {
-				return f
-			}
-			fmt.Println("guestinit:", err)
-			return nil
+		if len(ports) == 0 {
+			continue
 		}
+		var f *os.File
+		if f, err = os.OpenFile(ports[0], os.O_WRONLY|syscall.O_CLOEXEC, 0); err == nil {
+			return f
+		}
+		if !errors.Is(err, syscall.ENXIO) {
+			break
+		}
+	}
+	if err != nil {
+		fmt.Println("guestinit:", err)
+		return nil
 	}
 	fmt.Println("guestinit: no virtio serial port: files cannot be shipped")
 	return nil
