@@ -297,7 +297,7 @@ func tablesJustify(t *testing.T, res *LabResult, rep *report.Report, want *fixtu
 		if len(th.Frames)+th.Elided >= g {
 			continue
 		}
-		if lowTrust(th) {
+		if fixture.FirstLowTrust(th) >= 0 {
 			// The heuristics went past the frame without a table: the
 			// comparison with gdb ended at the first guess.
 			continue
@@ -412,15 +412,4 @@ func goBuild(t testing.TB, pkg, arch, out string) string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// lowTrust says whether a thread has a frame from the stack scan (or one
-// unwound from it).
-func lowTrust(th report.Thread) bool {
-	for _, f := range th.Frames {
-		if f.Trust == "low" {
-			return true
-		}
-	}
-	return false
 }
