@@ -37,6 +37,9 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 	for _, arch := range []string{"arm", "riscv64", "aarch64", "x86_64"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
+			if arch == "riscv64" {
+				t.Skip("qemu-riscv64 writes no cores: measure the QEMU lab's (UNWOUND_LAB_KEEP, then UNWOUND_HEURISTICS_LAB)")
+			}
 			var dir string
 			var variants []string
 			switch arch {
