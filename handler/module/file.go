@@ -226,6 +226,9 @@ func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64, ca cfi.Arch) ([]byte, 
 	if err != nil {
 		return nil, 0
 	}
+	if n, ok := cfi.HdrFDECount(hdr, hdrAddr, ca); ok && n == 0 {
+		return nil, 0 // nothing to find there (mold's empty header)
+	}
 	for _, s := range f.loads {
 		if addr >= s.Vaddr && addr-s.Vaddr < s.Filesz {
 			n := s.Filesz - (addr - s.Vaddr)

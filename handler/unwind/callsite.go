@@ -59,7 +59,7 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	}
 	cm := module.Find(u.p.Modules, pc)
 	if a.PLT != nil {
-		code := make([]byte, 8)
+		code := make([]byte, 12)
 		if u.readCode(tmod, c.Target, code) == nil && a.PLT(code) {
 			// A PLT stub jumps on to another module: the callee's PC must
 			// be in another module than the stub (a return address left
