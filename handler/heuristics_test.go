@@ -118,7 +118,13 @@ func labHeuristics(t *testing.T, dir string) {
 			continue
 		}
 		b := fixture.Binary{Arch: rep.Arch, Variant: mm[1], Prog: mm[2], Dir: fixture.Build(t, rep.Arch)}
-		want := fixture.OracleSysroot(t, b, cores[0], root)
+		want, err := fixture.TryOracle(t, b, cores[0], root)
+		if err != nil {
+			// gdb-multiarch itself crashes on some ARM cores (the deep
+			// recursion): nothing to compare with.
+			t.Logf("%s/%s pid %d: %.200v", rep.Arch, b.Variant, rep.PID, err)
+			continue
+		}
 		got, err := Offline(OfflineOptions{CoreFile: cores[0], Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
 		if err != nil {
 			t.Fatal(err)
