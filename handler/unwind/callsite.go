@@ -59,11 +59,18 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	}
 	cm := module.Find(u.p.Modules, pc)
 	if a.PLT != nil {
-		code := make([]byte, 8)
+		code := make([]byte, 12)
 		if u.readCode(tmod, c.Target, code) == nil && a.PLT(code) {
 			// A PLT stub jumps on to another module: the callee's PC must
 			// be in another module than the stub (a return address left
 			// by the callee's own calls through its PLT would pass else).
+			// In a static program the stubs are IFUNCs' (memcpy's): they
+			// jump within it, to a callee the call does not name, as an
+			// indirect call would.
+			if tm == cm && tmod.File != nil && !tmod.File.Dynamic {
+				c.Direct = false
+				return c, nil
+			}
 			if tm == cm {
 				return c, fmt.Errorf("the call at %#x goes through a PLT stub, and the pc is in the same module", ra-uint64(c.Size))
 			}

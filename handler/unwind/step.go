@@ -230,10 +230,10 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	// (_start's, before a program's own code). A symbol starting after
 	// the entry says the entry is not this function's.
 	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
-		return state{}, &noEntry{m.Path, fs, err != nil}
+		return state{}, &noEntry{m.Path, fs, err != nil, e.Start, e.End}
 	}
 	if err != nil {
-		return state{}, &cantUnwind{m.Path, e.Start}
+		return state{}, &cantUnwind{m.Path, e.Start, e.End}
 	}
 	if cur.spApprox {
 		return state{}, errors.New("EHABI: SP is only known roughly")
