@@ -76,11 +76,6 @@ func (signalStrategy) step(u *unwinder, f *frame) (state, error) {
 	if !ok {
 		return state{}, errSkip
 	}
-	if err == nil && f.cur.spApprox {
-		// The saved registers sit at a fixed offset from SP: a frame
-		// pointer step's lower bound would read them from the wrong place.
-		return state{}, errors.New("signal frame: SP is only known roughly")
-	}
 	next.raMem = true
 	return next, err
 }

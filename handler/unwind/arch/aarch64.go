@@ -47,6 +47,11 @@ var AArch64 = &Arch{
 		Regs:   128 + 176 + 8,
 		Slots:  []Slot{{0, 0}, {1, 8}, {2, 16}, {3, 24}, {4, 32}, {5, 40}, {6, 48}, {7, 56}, {8, 64}, {9, 72}, {10, 80}, {11, 88}, {12, 96}, {13, 104}, {14, 112}, {15, 120}, {16, 128}, {17, 136}, {18, 144}, {19, 152}, {20, 160}, {21, 168}, {22, 176}, {23, 184}, {24, 192}, {25, 200}, {26, 208}, {27, 216}, {28, 224}, {29, 232}, {30, 240}, {31, 248}}, // x0–x30, then sp
 		PCSlot: 32 * 8,
+		// sigcontext's __reserved (after pstate, 16-byte aligned) starts
+		// with the FP/SIMD record: FPSIMD_MAGIC, size 528
+		// (arch/arm64/kernel/signal.c, get_sigframe and setup_return).
+		Records:     128 + 176 + 288,
+		FirstRecord: 0x46508001 | 0x210<<32,
 	}},
 	PACStrip: true,
 }

@@ -111,6 +111,13 @@ type Sigreturn struct {
 	// CPSRSlot, when non-zero, is the offset of the saved status word whose
 	// bit 5 is the interrupted code's Thumb state (ARM32).
 	CPSRSlot int64
+	// Records, when non-zero, finds the frame when SP is unknown (a
+	// frame-pointer step reached the trampoline): the kernel points the
+	// handler's frame pointer at a frame record it puts just above the
+	// signal frame, whose context records start at offset Records with
+	// the header word FirstRecord (magic, then size, as one word).
+	Records     int64
+	FirstRecord uint64
 }
 
 // FrameRecord is one frame-pointer convention: where the record keeps the
