@@ -86,10 +86,18 @@ func (f *Frame) clone() *Frame {
 	c := *f
 	c.Saved = make(map[int]int64, len(f.Saved))
 	for r, o := range f.Saved {
-		c.Saved[r] = o
+		if o != restored {
+			c.Saved[r] = o
+		}
 	}
 	return &c
 }
+
+// restored marks a register in Frame.Saved whose caller's value a reload
+// put back (save slots are below the CFA, never at +1). A mark, not a
+// delete: map deletion would link another runtime routine into the
+// handler. clone drops the marks.
+const restored = 1
 
 // adjust moves SP by delta (negative: a frame grows).
 //
@@ -129,7 +137,7 @@ func (f *Frame) fromFP(reg int, off int64) {
 //
 //go:noinline
 func (f *Frame) save(reg int, off int64) {
-	if _, ok := f.Saved[reg]; !ok {
+	if o, ok := f.Saved[reg]; !ok || o == restored {
 		f.Saved[reg] = -int64(f.Size) + off
 	}
 }
@@ -140,7 +148,7 @@ func (f *Frame) save(reg int, off int64) {
 //go:noinline
 func (f *Frame) restore(reg int, off int64) {
 	if s, ok := f.Saved[reg]; ok && s == -int64(f.Size)+off {
-		delete(f.Saved, reg)
+		f.Saved[reg] = restored
 	}
 }
 
@@ -251,7 +259,7 @@ func walk(d *decoder, code []byte, start, pc uint64) (*Frame, error) {
 	if f.Size == 0 {
 		return nil, ErrNoPrologue
 	}
-	return f, nil
+	return f.clone(), nil
 }
 
 // thumbExpandImm is ThumbExpandImm of the Arm ARM (A7.4.2).
