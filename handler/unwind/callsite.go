@@ -216,8 +216,9 @@ func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, er
 		return state{}, false, nil
 	}
 	sp, _ := cur.rs.Get(a.SP)
+	cfa, _ := fr.CFA(sp, cur.rs.Get) // prologueAt computed it already
 	off, saved := fr.Saved[a.RA]
-	if !saved || uint64(int64(sp+fr.Size)+off) != slot {
+	if !saved || uint64(int64(cfa)+off) != slot {
 		return state{}, false, fmt.Errorf("the prologue at %#x saves the return address elsewhere", c.Target)
 	}
 	next.via = MethodPrologue

@@ -174,8 +174,8 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 	a := u.p.Arch
 	pc := cur.pc - m.Bias()
 	n := pc - start
-	if n > 256 {
-		n = 256
+	if n > prologue.MaxCode {
+		n = prologue.MaxCode
 	}
 	code := make([]byte, n)
 	if err := m.File.ReadCode(start, code); err != nil {
@@ -189,7 +189,10 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 	if !ok {
 		return state{}, nil, errors.New("prologue: no stack pointer")
 	}
-	cfa := sp + fr.Size
+	cfa, err := fr.CFA(sp, cur.rs.Get)
+	if err != nil {
+		return state{}, nil, err
+	}
 	next := state{rs: cur.rs}
 	for r, off := range fr.Saved {
 		v, err := u.readPtr(uint64(int64(cfa) + off))
