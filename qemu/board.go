@@ -2,7 +2,6 @@ package qemu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,11 +14,12 @@ import (
 // Board is a demo board: a BusyBox system with unwound installed the way a
 // Buildroot or Yocto (sysvinit) image has it (PackagedRoot: `make install
 // INIT=sysvinit`, S02sysctl applying the installed sysctl file, the
-// installed init script starting the uploader), Debian's own glibc where
-// Debian 12 has a port, and a last init script that crashes a
-// multi-threaded program. The uploader daemon drains the report over a
-// serial line (the virtio console /dev/hvc0) to `unwound receive` on a host
-// pty. It is what `make demo` shows and what the serial end-to-end tests run.
+// installed init script starting the uploader), Debian's own glibc
+// (Debian 12's; Debian 13's for riscv64, which Debian 12 lacks), and a
+// last init script that crashes a multi-threaded program. The uploader
+// daemon drains the report over a serial line (the virtio console
+// /dev/hvc0) to `unwound receive` on a host pty. It is what `make demo`
+// shows and what the serial end-to-end tests run.
 type Board struct {
 	Arch     string // aarch64 by default
 	Scenario string // of testdata/crash/crash.c
@@ -35,9 +35,8 @@ type BoardResult struct {
 	// DebugDirs are the build-id trees for `unwound symbolize --debug-dir`:
 	// libc6-dbg's for Debian's libc on the board.
 	DebugDirs []string
-	// Missing says what the demo could not have (Debian's libc for an
-	// architecture without a Debian 12 port, or without network), and
-	// what the trace lacks because of it.
+	// Missing says what the demo could not have (Debian's libc without
+	// network, say), and what the trace lacks because of it.
 	Missing []string
 	Unwound string // the host binary
 	Console string
@@ -137,7 +136,11 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		image, err := Kernel(arch)
 		kch <- built{image, err}
 	}()
-	say("the board's libc: Debian's libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)")
+	suite := "Debian 12's"
+	if arch == "riscv64" {
+		suite = "Debian 13's (Debian 12 has no riscv64)"
+	}
+	say("the board's libc: %s libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)", suite)
 	type fetched struct {
 		libc *DebianLibc
 		err  error
@@ -176,11 +179,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	d := <-dch
 	dl := d.libc
 	if d.err != nil {
-		why := d.err.Error()
-		if np := (*NoDebianPortError)(nil); !errors.As(d.err, &np) {
-			why = "Debian's libc6 and libc6-dbg could not be had: " + why
-		}
-		res.Missing = append(res.Missing, why+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
+		res.Missing = append(res.Missing, "Debian's libc6 and libc6-dbg could not be had: "+d.err.Error()+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
 		say("missing: %s", res.Missing[len(res.Missing)-1])
 	}
 
