@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -32,6 +33,9 @@ type Board struct {
 type BoardResult struct {
 	Reports  []string // received .json.zst files
 	HostRoot string   // the board's files, unstripped, for symbolizing
+	// Program is /usr/bin/crash as the board has it: stripped, with
+	// MiniDebugInfo.
+	Program string
 	// DebugDirs are the build-id trees for `unwound symbolize --debug-dir`:
 	// libc6-dbg's for Debian's libc on the board.
 	DebugDirs []string
@@ -188,7 +192,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if arch == "x86_64" {
 		cc = "gcc"
 	}
-	say("building /usr/bin/crash (%s -O2 -g, stripped on the board as Yocto and Buildroot strip it)", cc)
+	say("building /usr/bin/crash (%s -O2 -g; on the board stripped as Yocto and Buildroot strip it, with MiniDebugInfo as buildroot/'s BR2_PACKAGE_UNWOUND_MINIDEBUGINFO adds it)", cc)
 	os.MkdirAll(filepath.Join(res.HostRoot, "usr/bin"), 0o755)
 	prog := filepath.Join(res.HostRoot, "usr/bin/crash")
 	src := filepath.Join(repoRoot(), "testdata/crash/crash.c")
@@ -206,13 +210,24 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		return nil, fmt.Errorf("%s: %v\n%s", cc, err, out)
 	}
 	stripped := filepath.Join(work, "crash.stripped")
-	strip := l.triplet + "-strip"
+	res.Program = stripped
+	binutils := l.triplet + "-"
 	if arch == "x86_64" {
-		strip = "strip"
+		binutils = ""
 	}
-	if out, err := exec.Command(strip, "--remove-section=.comment", "--remove-section=.note", "-o", stripped, prog).CombinedOutput(); err != nil {
+	if out, err := exec.Command(binutils+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, prog).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("strip: %v\n%s", err, out)
 	}
+	// What buildroot/package/unwound/minidebuginfo.sh does after
+	// Buildroot's strip: .gnu_debugdata from the unstripped file (the
+	// FUNC symbols .dynsym lacks, and .debug_frame for code no loaded
+	// table covers), which the handler reads on the board.
+	mdi := exec.Command(res.Unwound, "minidebuginfo", "--objcopy", binutils+"objcopy", "--unstripped", prog, "--stripped", stripped, "-v")
+	added, err := mdi.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("unwound minidebuginfo: %v\n%s", err, added)
+	}
+	say("unwound minidebuginfo: %s", strings.TrimSpace(strings.TrimPrefix(string(added), stripped+": ")))
 	r := NewInitramfs()
 	if err := r.HostTree(rootDir, "/"); err != nil {
 		return nil, err
@@ -237,10 +252,18 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	os.MkdirAll(out, 0o755)
 	recvErr := make(chan error, 1)
 	var recv *exec.Cmd
+	// The receiver's log, for when it fails: the demo prints only the
+	// trace.
+	recvLog, err := os.Create(filepath.Join(work, "receive.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer recvLog.Close()
 	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
 			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
-			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m", "--quiet")
+			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m")
+			recv.Stderr = recvLog
 			if err := recv.Start(); err != nil {
 				recvErr <- err
 				return
@@ -262,9 +285,16 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		}
 	case <-time.After(30 * time.Second):
 		if recv != nil && recv.Process != nil {
-			recv.Process.Kill()
+			// Its goroutines' stacks into the log, then gone.
+			recv.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-recvErr:
+			case <-time.After(5 * time.Second):
+				recv.Process.Kill()
+			}
 		}
-		return res, fmt.Errorf("unwound receive did not finish")
+		log, _ := os.ReadFile(recvLog.Name())
+		return res, fmt.Errorf("unwound receive did not finish; its log:\n%s", log)
 	}
 	res.Reports, _ = filepath.Glob(filepath.Join(out, "*.json.zst"))
 	if len(res.Reports) == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -70,6 +71,7 @@ func TestDemo(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkDemo(t, out.String())
+			checkProgram(t, res.Program)
 			z, err := os.ReadFile(res.Reports[0])
 			if err != nil {
 				t.Fatal(err)
@@ -109,6 +111,25 @@ func checkDemo(t *testing.T, out string) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+}
+
+// checkProgram: the board's program is stripped as Yocto and Buildroot
+// strip it and carries our MiniDebugInfo, as with the Buildroot option.
+func checkProgram(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []string{".symtab", ".debug_info", ".debug_frame", ".comment"} {
+		if f.Section(n) != nil {
+			t.Errorf("the board's %s has %s: not stripped", path, n)
+		}
+	}
+	if s := f.Section(".gnu_debugdata"); s == nil || s.Size == 0 {
+		t.Errorf("the board's %s has no .gnu_debugdata (MiniDebugInfo)", path)
 	}
 }
 
