@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -105,6 +106,13 @@ if [ -e "$1" ]; then
 	rc=1
 else
 	say "queue drained"
+fi
+# A report the host refused, or one the uploader found corrupt, leaves
+# the queue too, into its quarantine: not delivered.
+set -- "$Q"/quarantine/*
+if [ -e "$1" ]; then
+	say "quarantined, not delivered: $*"
+	rc=1
 fi
 say "the handler's kernel log:"
 dmesg | grep unwound-handler
@@ -275,30 +283,44 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if mres != nil {
 		res.Console = mres.Console
 	}
+	var recvDone error
+	if recv == nil {
+		recvDone = errors.New("not started: QEMU gave no pty")
+	} else {
+		recvDone = waitReceive(recv, recvErr)
+	}
 	if err != nil {
 		return res, err
 	}
-	select {
-	case err := <-recvErr:
-		if err != nil {
-			return res, fmt.Errorf("unwound receive: %w", err)
-		}
-	case <-time.After(30 * time.Second):
-		if recv != nil && recv.Process != nil {
-			// Its goroutines' stacks into the log, then gone.
-			recv.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-recvErr:
-			case <-time.After(5 * time.Second):
-				recv.Process.Kill()
-			}
-		}
+	if recvDone != nil {
 		log, _ := os.ReadFile(recvLog.Name())
-		return res, fmt.Errorf("unwound receive did not finish; its log:\n%s", log)
+		return res, fmt.Errorf("unwound receive: %w; its log:\n%s", recvDone, log)
 	}
 	res.Reports, _ = filepath.Glob(filepath.Join(out, "*.json.zst"))
 	if len(res.Reports) == 0 {
 		return res, fmt.Errorf("no report received")
 	}
 	return res, nil
+}
+
+// waitReceive waits for `unwound receive` (whose exit recvErr delivers)
+// after the board powered off: it has the report, or is about to say it
+// never will (its pty's other end closed). After 30 s it is made to print
+// its goroutines' stacks into its log, and killed: never left behind.
+func waitReceive(recv *exec.Cmd, recvErr <-chan error) error {
+	select {
+	case err := <-recvErr:
+		return err
+	case <-time.After(30 * time.Second):
+	}
+	if recv.Process != nil {
+		recv.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-recvErr:
+		case <-time.After(5 * time.Second):
+			recv.Process.Kill()
+			<-recvErr
+		}
+	}
+	return errors.New("did not finish")
 }

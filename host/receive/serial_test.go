@@ -92,3 +92,81 @@ func TestSerialCountExits(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestSerialStalePty is what made the demo's `unwound receive --count 1`
+// hang in about one arm run in five: another receiver whose board had
+// powered off before it got its reports (TestImage's keep listening for
+// ten seconds after) went on reopening its pty's path, /dev/pts/N, every
+// half second. Pty numbers are reused, lowest first: the next QEMU's pty
+// was /dev/pts/N, the stale receiver opened it too (root is not held off
+// by TIOCEXCL), and the two shared its bytes; when the stale one got the
+// report, the board deleted it and the right receiver waited until its
+// idle timeout. A pty that went away never comes back: a receiver on
+// /dev/pts/N must stop, not wait for the number's next owner.
+func TestSerialStalePty(t *testing.T) {
+	runs := 10
+	if testing.Short() {
+		runs = 2
+	}
+	rng := rand.New(rand.NewSource(2))
+	for i := 0; i < runs; i++ {
+		// The stale receiver: its board powers off before sending.
+		m1, path := ptyMaster(t)
+		st1, _ := NewStore(t.TempDir())
+		stale := make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			_, err := Serial(ctx, st1, SerialOptions{Port: path, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
+			stale <- err
+		}()
+		time.Sleep(50 * time.Millisecond) // it has the port open
+		m1.Close()
+		time.Sleep(50 * time.Millisecond) // it has seen the port fail
+
+		// The next board, on the next pty (very likely the same number).
+		m2, path2 := ptyMaster(t)
+		id, data := testutil.Report(rng, "crash", 40)
+		var rid serialproto.ID
+		hex.Decode(rid[:], []byte(id))
+		st2, _ := NewStore(t.TempDir())
+		done := make(chan SerialResult, 1)
+		go func() {
+			res, _ := Serial(ctx, st2, SerialOptions{Port: path2, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
+			done <- res
+		}()
+		time.Sleep(time.Second) // the stale receiver would have reopened it
+		c := serialproto.NewConn(m2)
+		snd := serialproto.NewSender(c, serialproto.Options{Name: "board"})
+		sent := snd.Handshake(ctx) == nil
+		if sent {
+			s, err := snd.Send(ctx, rid, data)
+			sent = err == nil && s == serialproto.Stored
+		}
+		m2.Close()
+		staleDone := false
+		select {
+		case err := <-stale:
+			staleDone = true
+			if err == nil {
+				t.Errorf("run %d: the stale receiver on %s returned no error", i, path)
+			}
+		default:
+			t.Errorf("run %d: the receiver on %s still runs after its pty went away", i, path)
+		}
+		select {
+		case res := <-done:
+			if !sent || res.Stored != 1 {
+				t.Errorf("run %d: the board's receiver on %s stored %d reports (sent: %v); the stale one on %s took the rest", i, path2, res.Stored, sent, path)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("run %d: receive --count 1 on %s did not return after the drain (sent: %v)", i, path2, sent)
+		}
+		cancel()
+		if !staleDone {
+			<-stale
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
