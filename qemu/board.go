@@ -200,7 +200,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if arch == "x86_64" {
 		cc = "gcc"
 	}
-	say("building /usr/bin/crash (%s -O2 -g; on the board stripped as Yocto and Buildroot strip it, with MiniDebugInfo as buildroot/'s BR2_PACKAGE_UNWOUND_MINIDEBUGINFO adds it)", cc)
+	say("building /usr/bin/crash (%s -O2 -g; on the board stripped as Yocto and Buildroot strip it, then given MiniDebugInfo as the Buildroot option BR2_PACKAGE_UNWOUND_MINIDEBUGINFO does)", cc)
 	os.MkdirAll(filepath.Join(res.HostRoot, "usr/bin"), 0o755)
 	prog := filepath.Join(res.HostRoot, "usr/bin/crash")
 	src := filepath.Join(repoRoot(), "testdata/crash/crash.c")
@@ -235,7 +235,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unwound minidebuginfo: %v\n%s", err, added)
 	}
-	say("unwound minidebuginfo: %s", strings.TrimSpace(strings.TrimPrefix(string(added), stripped+": ")))
+	say("MiniDebugInfo (unwound minidebuginfo): %s", strings.TrimSpace(strings.TrimPrefix(string(added), stripped+": ")))
 	r := NewInitramfs()
 	if err := r.HostTree(rootDir, "/"); err != nil {
 		return nil, err
