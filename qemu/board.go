@@ -9,17 +9,19 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // Board is a demo board: a BusyBox system with unwound installed the way a
 // Buildroot or Yocto (sysvinit) image has it (PackagedRoot: `make install
 // INIT=sysvinit`, S02sysctl applying the installed sysctl file, the
-// installed init script starting the uploader), Debian's own glibc where
-// Debian 12 has a port, and a last init script that crashes a
-// multi-threaded program. The uploader daemon drains the report over a
-// serial line (the virtio console /dev/hvc0) to `unwound receive` on a host
-// pty. It is what `make demo` shows and what the serial end-to-end tests run.
+// installed init script starting the uploader), Debian's own glibc
+// (Debian 12's; Debian 13's for riscv64, which Debian 12 lacks), and a
+// last init script that crashes a multi-threaded program. The uploader
+// daemon drains the report over a serial line (the virtio console
+// /dev/hvc0) to `unwound receive` on a host pty. It is what `make demo`
+// shows and what the serial end-to-end tests run.
 type Board struct {
 	Arch     string // aarch64 by default
 	Scenario string // of testdata/crash/crash.c
@@ -32,12 +34,14 @@ type Board struct {
 type BoardResult struct {
 	Reports  []string // received .json.zst files
 	HostRoot string   // the board's files, unstripped, for symbolizing
+	// Program is /usr/bin/crash as the board has it: stripped, with
+	// MiniDebugInfo.
+	Program string
 	// DebugDirs are the build-id trees for `unwound symbolize --debug-dir`:
 	// libc6-dbg's for Debian's libc on the board.
 	DebugDirs []string
-	// Missing says what the demo could not have (Debian's libc for an
-	// architecture without a Debian 12 port, or without network), and
-	// what the trace lacks because of it.
+	// Missing says what the demo could not have (Debian's libc without
+	// network, say), and what the trace lacks because of it.
 	Missing []string
 	Unwound string // the host binary
 	Console string
@@ -103,6 +107,13 @@ if [ -e "$1" ]; then
 else
 	say "queue drained"
 fi
+# A report the host refused, or one the uploader found corrupt, leaves
+# the queue too, into its quarantine: not delivered.
+set -- "$Q"/quarantine/*
+if [ -e "$1" ]; then
+	say "quarantined, not delivered: $*"
+	rc=1
+fi
 say "the handler's kernel log:"
 dmesg | grep unwound-handler
 say "unwound-uploader list (at start it checks the kernel's crash settings; a mismatch would be printed first):"
@@ -137,7 +148,11 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		image, err := Kernel(arch)
 		kch <- built{image, err}
 	}()
-	say("the board's libc: Debian's libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)")
+	suite := "Debian 12's"
+	if arch == "riscv64" {
+		suite = "Debian 13's (Debian 12 has no riscv64)"
+	}
+	say("the board's libc: %s libc6, with libc6-dbg's debug files for the host (qemu/libc/get.sh)", suite)
 	type fetched struct {
 		libc *DebianLibc
 		err  error
@@ -176,11 +191,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	d := <-dch
 	dl := d.libc
 	if d.err != nil {
-		why := d.err.Error()
-		if np := (*NoDebianPortError)(nil); !errors.As(d.err, &np) {
-			why = "Debian's libc6 and libc6-dbg could not be had: " + why
-		}
-		res.Missing = append(res.Missing, why+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
+		res.Missing = append(res.Missing, "Debian's libc6 and libc6-dbg could not be had: "+d.err.Error()+"; the board runs the cross toolchain's libc instead, whose frames are named only where its .dynsym covers them, without file:line")
 		say("missing: %s", res.Missing[len(res.Missing)-1])
 	}
 
@@ -189,7 +200,7 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if arch == "x86_64" {
 		cc = "gcc"
 	}
-	say("building /usr/bin/crash (%s -O2 -g, stripped on the board as Yocto and Buildroot strip it)", cc)
+	say("building /usr/bin/crash (%s -O2 -g; on the board stripped as Yocto and Buildroot strip it, then given MiniDebugInfo as the Buildroot option BR2_PACKAGE_UNWOUND_MINIDEBUGINFO does)", cc)
 	os.MkdirAll(filepath.Join(res.HostRoot, "usr/bin"), 0o755)
 	prog := filepath.Join(res.HostRoot, "usr/bin/crash")
 	src := filepath.Join(repoRoot(), "testdata/crash/crash.c")
@@ -207,13 +218,24 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 		return nil, fmt.Errorf("%s: %v\n%s", cc, err, out)
 	}
 	stripped := filepath.Join(work, "crash.stripped")
-	strip := l.triplet + "-strip"
+	res.Program = stripped
+	binutils := l.triplet + "-"
 	if arch == "x86_64" {
-		strip = "strip"
+		binutils = ""
 	}
-	if out, err := exec.Command(strip, "--remove-section=.comment", "--remove-section=.note", "-o", stripped, prog).CombinedOutput(); err != nil {
+	if out, err := exec.Command(binutils+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, prog).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("strip: %v\n%s", err, out)
 	}
+	// What buildroot/package/unwound/minidebuginfo.sh does after
+	// Buildroot's strip: .gnu_debugdata from the unstripped file (the
+	// FUNC symbols .dynsym lacks, and .debug_frame for code no loaded
+	// table covers), which the handler reads on the board.
+	mdi := exec.Command(res.Unwound, "minidebuginfo", "--objcopy", binutils+"objcopy", "--unstripped", prog, "--stripped", stripped, "-v")
+	added, err := mdi.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("unwound minidebuginfo: %v\n%s", err, added)
+	}
+	say("MiniDebugInfo (unwound minidebuginfo): %s", strings.TrimSpace(strings.TrimPrefix(string(added), stripped+": ")))
 	r := NewInitramfs()
 	if err := r.HostTree(rootDir, "/"); err != nil {
 		return nil, err
@@ -238,10 +260,18 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	os.MkdirAll(out, 0o755)
 	recvErr := make(chan error, 1)
 	var recv *exec.Cmd
+	// The receiver's log, for when it fails: the demo prints only the
+	// trace.
+	recvLog, err := os.Create(filepath.Join(work, "receive.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer recvLog.Close()
 	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
 			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
-			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m", "--quiet")
+			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m")
+			recv.Stderr = recvLog
 			if err := recv.Start(); err != nil {
 				recvErr <- err
 				return
@@ -253,23 +283,44 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if mres != nil {
 		res.Console = mres.Console
 	}
+	var recvDone error
+	if recv == nil {
+		recvDone = errors.New("not started: QEMU gave no pty")
+	} else {
+		recvDone = waitReceive(recv, recvErr)
+	}
 	if err != nil {
 		return res, err
 	}
-	select {
-	case err := <-recvErr:
-		if err != nil {
-			return res, fmt.Errorf("unwound receive: %w", err)
-		}
-	case <-time.After(30 * time.Second):
-		if recv != nil && recv.Process != nil {
-			recv.Process.Kill()
-		}
-		return res, fmt.Errorf("unwound receive did not finish")
+	if recvDone != nil {
+		log, _ := os.ReadFile(recvLog.Name())
+		return res, fmt.Errorf("unwound receive: %w; its log:\n%s", recvDone, log)
 	}
 	res.Reports, _ = filepath.Glob(filepath.Join(out, "*.json.zst"))
 	if len(res.Reports) == 0 {
 		return res, fmt.Errorf("no report received")
 	}
 	return res, nil
+}
+
+// waitReceive waits for `unwound receive` (whose exit recvErr delivers)
+// after the board powered off: it has the report, or is about to say it
+// never will (its pty's other end closed). After 30 s it is made to print
+// its goroutines' stacks into its log, and killed: never left behind.
+func waitReceive(recv *exec.Cmd, recvErr <-chan error) error {
+	select {
+	case err := <-recvErr:
+		return err
+	case <-time.After(30 * time.Second):
+	}
+	if recv.Process != nil {
+		recv.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-recvErr:
+		case <-time.After(5 * time.Second):
+			recv.Process.Kill()
+			<-recvErr
+		}
+	}
+	return errors.New("did not finish")
 }

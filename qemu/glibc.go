@@ -66,24 +66,19 @@ func AddGlibc(r *Initramfs, arch, hostRoot string) error {
 	return nil
 }
 
-// DebianLibc is Debian bookworm's own glibc for a guest architecture
-// (libc6:<debarch>) with the debug files that match it (libc6-dbg of the
-// same version), unpacked by qemu/libc/get.sh into the cache.
+// DebianLibc is Debian's own glibc for a guest architecture
+// (libc6:<debarch>; bookworm's, trixie's for riscv64) with the debug files
+// that match it (libc6-dbg of the same version), unpacked by
+// qemu/libc/get.sh into the cache.
 type DebianLibc struct {
 	Version string
 	Lib     string // the directory holding libc.so.6 and the dynamic loader
 	Debug   string // libc6-dbg's usr/lib/debug: a .build-id tree for --debug-dir
 }
 
-// NoDebianPortError says that an architecture has no Debian 12 port
-// (riscv64), in qemu/libc/get.sh's words.
-type NoDebianPortError struct{ Msg string }
-
-func (e *NoDebianPortError) Error() string { return e.Msg }
-
 // FetchDebianLibc fetches (or finds in the cache) Debian's libc6 and
 // libc6-dbg for arch. The error says what is missing and why (no network,
-// no port): the caller can go on with the cross toolchain's libc.
+// say): the caller can go on with the cross toolchain's libc.
 func FetchDebianLibc(arch string) (*DebianLibc, error) {
 	l, ok := libsFor[arch]
 	if !ok {
@@ -94,11 +89,7 @@ func FetchDebianLibc(arch string) (*DebianLibc, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
-			return nil, &NoDebianPortError{msg}
-		}
-		return nil, fmt.Errorf("qemu/libc/get.sh %s: %v: %s", arch, err, reason(msg))
+		return nil, fmt.Errorf("qemu/libc/get.sh %s: %v: %s", arch, err, reason(strings.TrimSpace(stderr.String())))
 	}
 	dir := strings.TrimSpace(string(out))
 	ver, _ := os.ReadFile(filepath.Join(dir, "version"))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.bug.st/serial"
+	"golang.org/x/sys/unix"
 
 	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
@@ -32,9 +33,13 @@ type SerialResult struct {
 
 // Serial is the host end of the serial link (docs/serial-protocol.md). It
 // returns when the board says its queue is empty (unless Follow), and
-// survives the adapter going away: it reopens the same path.
+// survives the adapter going away: it reopens the same path. A pty named
+// as /dev/pts/N is not reopened: when its other end closes, the session
+// is over.
 func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, error) {
 	var res SerialResult
+	// Asked before the port can fail: a pty's /dev/pts/N is gone then.
+	pty := isPtySlave(o.Port)
 	p, err := serialup.Open(o.Port, o.Baud, o.Flow)
 	if err != nil {
 		return res, err
@@ -53,6 +58,15 @@ func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, erro
 		if err == nil || errors.Is(err, serialproto.ErrIdle) || errors.Is(err, serialproto.ErrEmpty) || ctx.Err() != nil {
 			break
 		}
+		if pty {
+			// A pseudo-terminal whose other end closed (QEMU exited)
+			// never comes back, and its number goes to the next pty
+			// opened: reopening the path would listen on someone
+			// else's line, and, as root, beside its own receiver.
+			o.Log("%s: %v; the other end of the pseudo-terminal closed", o.Port, err)
+			err = fmt.Errorf("%w: %v", errPtyGone, err)
+			break
+		}
 		// The port failed (EIO: the adapter was unplugged, or the other
 		// end of a pty went away): reopen the same path when it is back.
 		o.Log("%s: %v; waiting for it to come back", o.Port, err)
@@ -68,13 +82,30 @@ func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, erro
 	switch {
 	case err == nil || errors.Is(err, serialproto.ErrEmpty) || errors.Is(err, context.Canceled):
 		return res, nil
-	case errors.Is(err, serialproto.ErrIdle):
+	case errors.Is(err, serialproto.ErrIdle), errors.Is(err, errPtyGone):
 		if o.Count > 0 && rc.Stored < o.Count {
-			return res, fmt.Errorf("%d of %d reports before stopping", rc.Stored, o.Count)
+			return res, fmt.Errorf("%d of %d reports before stopping: %w", rc.Stored, o.Count, err)
 		}
 		return res, nil
 	}
 	return res, err
+}
+
+// errPtyGone ends a session on a pseudo-terminal whose other end closed.
+var errPtyGone = errors.New("the pseudo-terminal's other end closed")
+
+// isPtySlave reports whether path itself (not a symlink to it) is a Unix
+// 98 pty slave (/dev/pts/N: majors 136 to 143, Linux's
+// Documentation/admin-guide/devices.txt). A symlink is a name the user
+// chose for a device that may come back (a test's stand-in for
+// /dev/serial/by-id/...), and is reopened like one.
+func isPtySlave(path string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return false
+	}
+	major := unix.Major(uint64(st.Rdev))
+	return major >= 136 && major <= 143
 }
 
 // reopen opens path again, trying every half second until it works, ctx

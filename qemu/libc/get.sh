@@ -1,41 +1,50 @@
 #!/bin/sh
-# Finds (or fetches) Debian bookworm's own glibc for a guest architecture
-# and the debug files that match it: libc6:<debarch> and libc6-dbg:<debarch>
-# of the same version, unpacked (never installed) so that the demo board
-# runs exactly the libc whose build-id debug files the host symbolizes with.
+# Finds (or fetches) Debian's own glibc for a guest architecture and the
+# debug files that match it: libc6:<debarch> and libc6-dbg:<debarch> of the
+# same version, unpacked (never installed) so that the demo board runs
+# exactly the libc whose build-id debug files the host symbolizes with.
+# Debian 12 (bookworm) for aarch64, arm and x86_64, like the rest of the
+# lab; Debian 13 (trixie) for riscv64, which bookworm does not have. A
+# program linked against an older glibc runs on a newer one, so the cross
+# toolchain's (bookworm's) glibc 2.36 is fine to build with for both.
 #
-#   qemu/libc/get.sh ARCH      ARCH: aarch64 arm x86_64
+#   qemu/libc/get.sh ARCH      ARCH: aarch64 arm riscv64 x86_64
 #
 # Prints a directory on stdout holding
 #   root/     libc6's files (lib/<triplet>/libc.so.6, the dynamic loader, ...)
 #   debug/    libc6-dbg's usr/lib/debug (a .build-id tree), for --debug-dir
 #   version   the package version
-# Logs go to stderr. Exit status 3: the architecture has no Debian 12 port
-# (riscv64); 1: anything else went wrong (no network, say).
+# Logs go to stderr. Exit status 3: the architecture has no Debian port
+# here; 1: anything else went wrong (no network, say).
 #
 # apt-get runs with a private state directory (its own sources list, lists
 # and architectures), as qemu/busybox/get.sh does: the host's dpkg
 # configuration is never changed (no `dpkg --add-architecture`).
-# Cached in ${UNWOUND_CACHE:-$HOME/.cache/unwound}/debian-libc/<arch>-<version>/;
-# a cached copy is reused without asking the network.
+# Cached in ${UNWOUND_CACHE:-$HOME/.cache/unwound}/debian-libc/<arch>-<version>/
+# (the apt state in apt/ for bookworm, apt-<suite>/ for another suite); a
+# cached copy is reused without asking the network.
 set -eu
 
 arch=${1:?usage: get.sh ARCH}
 cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
 mirror=${UNWOUND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-suite=bookworm
 
 log() { echo "libc/$arch: $*" >&2; }
 
+# Each suite has its own apt state: one sources list with both would let
+# apt pick trixie's libc6 for an architecture bookworm has.
+suite=bookworm
+aptdir=apt
+debarches="arm64 armhf amd64"
 case $arch in
 aarch64) debarch=arm64 ;;
 arm) debarch=armhf ;;
 x86_64) debarch=amd64 ;;
 riscv64)
-	echo "riscv64 is not a Debian 12 (bookworm) architecture: there is no libc6:riscv64 or libc6-dbg:riscv64 to fetch" >&2
-	exit 3
+	# riscv64 is an official architecture from Debian 13 on.
+	debarch=riscv64 suite=trixie aptdir=apt-trixie debarches=riscv64
 	;;
-*) echo "get.sh: unknown arch $arch (aarch64 arm x86_64)" >&2; exit 2 ;;
+*) echo "get.sh: unknown arch $arch (aarch64 arm riscv64 x86_64)" >&2; exit 2 ;;
 esac
 
 found() {
@@ -54,19 +63,23 @@ exec 9>"$cache/debian-libc/.lock"
 flock 9
 found && exit 0
 
-apt=$cache/debian-libc/apt
+apt=$cache/debian-libc/$aptdir
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc"
 cat >"$apt/etc/sources.list" <<EOF
-deb [arch=arm64,armhf,amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+deb [arch=$(echo "$debarches" | tr ' ' ,) signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
 EOF
+archopts=
+for a in $debarches; do
+	archopts="$archopts -o APT::Architectures::=$a"
+done
 aptwith() {
 	tool=$1
 	shift
-	"$tool" -q \
+	# shellcheck disable=SC2086 # archopts is a list of arguments
+	"$tool" -q $archopts \
 		-o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" \
 		-o Dir::Etc::SourceList="$apt/etc/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
 		-o Dir::State::status=/dev/null \
-		-o APT::Architectures::=arm64 -o APT::Architectures::=armhf -o APT::Architectures::=amd64 \
 		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
 		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
 		-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
@@ -93,6 +106,10 @@ mkdir -p out/root x
 dpkg-deb -x libc6_*.deb out/root
 dpkg-deb -x libc6-dbg_*.deb x
 mv x/usr/lib/debug out/debug
+# trixie's packages are merged-/usr: give the board its /lib all the same.
+if [ ! -e out/root/lib ] && [ -d out/root/usr/lib ]; then
+	ln -s usr/lib out/root/lib
+fi
 echo "$ver" >out/version
 dest=$cache/debian-libc/$arch-$(echo "$ver" | tr ':~' '__')
 rm -rf "$dest"
