@@ -2,7 +2,9 @@ package handler
 
 import (
 	"io"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/internal/fixture"
@@ -41,4 +43,44 @@ func BenchmarkUnwindPerFrame(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(frames), "ns/frame")
 	b.ReportMetric(float64(frames), "frames")
+}
+
+// BenchmarkStackScan unwinds the table-less ARM threads crash (Thumb-2,
+// -O2, dynamic, stripped; qemu-user core), where every thread's outermost
+// frames are left to the validated stack scan, and reports its cost as a
+// ratio against the same crash with stack_scan = false, measured in the
+// same run: the scan tests thousands of words that point nowhere, and
+// must not cost a failed read and a page of garbage each.
+func BenchmarkStackScan(b *testing.B) {
+	dir := fixture.Build(b, "arm")
+	bin := fixture.Binary{Arch: "arm", Variant: "O2-dynamic-notables", Prog: "crash", Dir: dir}
+	core, kernel := fixture.Core(b, bin, "threads")
+	run := func(scan bool) {
+		cfg := config.Default()
+		cfg.Handler.StackScan = scan
+		o := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot("arm"), Config: cfg, Log: NewLogger(io.Discard)}
+		if !kernel {
+			o.Exe = bin.Stripped()
+		}
+		if _, err := Offline(o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	measure := func(scan bool) (ns, bytes float64) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before, start := ms.TotalAlloc, time.Now()
+		for i := 0; i < b.N; i++ {
+			run(scan)
+		}
+		runtime.ReadMemStats(&ms)
+		return float64(time.Since(start).Nanoseconds()) / float64(b.N), float64(ms.TotalAlloc-before) / float64(b.N)
+	}
+	b.ResetTimer()
+	base, baseB := measure(false)
+	with, withB := measure(true)
+	b.StopTimer()
+	b.ReportMetric(with, "ns/crash")
+	b.ReportMetric(with/base, "x-no-scan-time")
+	b.ReportMetric(withB/baseB, "x-no-scan-bytes")
 }

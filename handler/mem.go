@@ -41,13 +41,19 @@ const (
 
 // pageCache reads through whole pages, kept: a walk up a deep stack reads
 // each page once with one pread instead of one pread per word.
+//
+// Pages that do not read whole are remembered too: a stack scan tests
+// thousands of words that point nowhere, and each would cost a failed
+// pread and a page of garbage.
 type pageCache struct {
 	r     io.ReaderAt
 	pages map[int64][]byte
+	short map[int64]bool // pages that did not read whole
+	spare []byte         // a page buffer a failed read left unused
 }
 
 func newPageCache(r io.ReaderAt) *pageCache {
-	return &pageCache{r: r, pages: map[int64][]byte{}}
+	return &pageCache{r: r, pages: map[int64][]byte{}, short: map[int64]bool{}}
 }
 
 func (c *pageCache) ReadAt(p []byte, off int64) (int, error) {
@@ -56,19 +62,31 @@ func (c *pageCache) ReadAt(p []byte, off int64) (int, error) {
 		addr := off + int64(done)
 		base := addr &^ (cachePage - 1)
 		pg, ok := c.pages[base]
+		if !ok && !c.short[base] {
+			buf := c.spare
+			if buf == nil {
+				buf = make([]byte, cachePage)
+			}
+			c.spare = nil
+			if n, _ := c.r.ReadAt(buf, base); n == cachePage {
+				if len(c.pages) >= cachePages {
+					clear(c.pages)
+				}
+				pg, ok = buf, true
+				c.pages[base] = pg
+			} else {
+				c.spare = buf
+				if len(c.short) >= cachePages {
+					clear(c.short)
+				}
+				c.short[base] = true
+			}
+		}
 		if !ok {
-			buf := make([]byte, cachePage)
-			if n, _ := c.r.ReadAt(buf, base); n < cachePage {
-				// Not a whole readable page (a kept window's edge): read
-				// exactly what was asked.
-				n, err := c.r.ReadAt(p[done:], addr)
-				return done + n, err
-			}
-			if len(c.pages) >= cachePages {
-				clear(c.pages)
-			}
-			pg = buf
-			c.pages[base] = pg
+			// Not a whole readable page (a kept window's edge, or nothing
+			// there): read exactly what was asked.
+			n, err := c.r.ReadAt(p[done:], addr)
+			return done + n, err
 		}
 		done += copy(p[done:], pg[addr-base:])
 	}
