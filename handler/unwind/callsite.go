@@ -1,7 +1,6 @@
 package unwind
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
@@ -89,26 +88,11 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 
 // isTrampoline reports whether code at pc is a signal-return trampoline.
 func (u *unwinder) isTrampoline(pc uint64) bool {
-	a := u.p.Arch
-	if u.notTramp[pc] {
-		return false
-	}
 	mi, m := u.module(pc)
 	if mi < 0 {
 		m = nil
 	}
-	for i := range a.Sigreturns {
-		sr := &a.Sigreturns[i]
-		code := make([]byte, len(sr.Code))
-		if u.readCode(m, pc, code) == nil && bytes.Equal(code, sr.Code) {
-			return true
-		}
-	}
-	if len(u.notTramp) >= 4096 {
-		clear(u.notTramp)
-	}
-	u.notTramp[pc] = true
-	return false
+	return u.trampoline(m, pc) != nil
 }
 
 // Scan bounds: how far above SP a return address is looked for, and how
@@ -149,7 +133,11 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 			if w < a.MinInsn {
 				continue
 			}
-			if module.Find(u.p.Modules, w&^1) < 0 && !u.isTrampoline(w&^1) {
+			at := w // the code address: ARM's carries the state in bit 0
+			if a.ThumbBit {
+				at &^= 1
+			}
+			if module.Find(u.p.Modules, at) < 0 && !u.isTrampoline(at) {
 				// Not code, unless a signal trampoline outside every
 				// module ([sigpage], qemu-user's sigtramp page).
 				continue
@@ -160,6 +148,10 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				continue
 			}
 			slot := sp + off + uint64(i)
+			if err := u.scannedSigframe(at, slot); err != nil {
+				rejected++
+				continue
+			}
 			next, ok, err := u.confirm(c, cur, slot)
 			if err != nil {
 				rejected++
@@ -216,4 +208,44 @@ func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, er
 	next.via = MethodPrologue
 	next.raMem = true
 	return next, true, nil
+}
+
+// scannedSigframe checks a return address ra found at slot by the scan,
+// when ra is a signal trampoline's: the kernel left it as the handler's
+// return address, and the signal frame lies just above it. Stale copies
+// are common below a live frame (musl's sigaction hands the restorer to
+// the kernel in a struct on the stack), and a walk through a stale one
+// reads a signal frame out of garbage: the frame must hold an interrupted
+// context that makes sense, a stack pointer to memory and a PC in code.
+// Where the return address is saved at the bottom of a frame (AArch64)
+// the signal frame cannot be placed, and the address is refused.
+func (u *unwinder) scannedSigframe(ra, slot uint64) error {
+	a := u.p.Arch
+	mi, m := u.module(ra)
+	if mi < 0 {
+		m = nil
+	}
+	sr := u.trampoline(m, ra)
+	if sr == nil {
+		return nil
+	}
+	if !a.RASlotTop {
+		return errors.New("a signal trampoline's address, but not where its signal frame is")
+	}
+	ctx, err := u.sigframe(sr, slot+uint64(a.PtrSize))
+	if err != nil {
+		return err
+	}
+	sp, _ := ctx.rs.Get(a.SP)
+	var b [1]byte
+	if sp == 0 || sp%uint64(a.PtrSize) != 0 {
+		return fmt.Errorf("signal frame above %#x: no plausible stack pointer", slot)
+	}
+	if _, err := u.p.Mem.ReadAt(b[:], int64(sp)); err != nil {
+		return fmt.Errorf("signal frame above %#x: the stack pointer %#x is not in memory", slot, sp)
+	}
+	if pm := module.Find(u.p.Modules, ctx.pc); pm < 0 || !u.p.Modules[pm].InCode(ctx.pc) {
+		return fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
+	}
+	return nil
 }

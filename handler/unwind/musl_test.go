@@ -1,0 +1,119 @@
+package unwind
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/handler/unwind/regs"
+)
+
+// musl's signal restorers (src/signal/*/restore.s) carry no unwind
+// information: the signal strategy must know them by their bytes, in the
+// program (static) or in libc.so, not only in the vDSO or [sigpage].
+func TestMuslRestorersRecognised(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    *arch.Arch
+		code []byte
+		// where the interrupted SP and PC sit, from SP at the restorer
+		spAt, pcAt uint64
+		cpsrAt     uint64 // ARM: the saved CPSR, 0 when none
+	}{
+		// mov $15, %rax; syscall
+		{"x86_64 __restore_rt", arch.X86_64, []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}, 0x28 + 120, 0x28 + 128, 0},
+		// mov x8, #139; svc 0
+		{"aarch64 __restore_rt", arch.AArch64, []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}, 128 + 176 + 8 + 31*8, 128 + 176 + 8 + 32*8, 0},
+		// Debian's armhf musl is Thumb-2: mov.w r7, #173; svc 0
+		{"arm __restore_rt (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}, 160 + 13*4, 160 + 15*4, 160 + 16*4},
+		// mov.w r7, #119; svc 0
+		{"arm __restore (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0x77, 0x07, 0x00, 0xdf}, 32 + 13*4, 32 + 15*4, 32 + 16*4},
+		// musl built for A32: mov r7, #173; svc 0
+		{"arm __restore_rt (A32)", arch.ARM, []byte{0xad, 0x70, 0xa0, 0xe3, 0x00, 0x00, 0x00, 0xef}, 160 + 13*4, 160 + 15*4, 160 + 16*4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.a)
+			const tramp, interrupted = 0x12000, 0x10124
+			f.code(tramp, tc.code...)
+			sp := uint64(stackBase + 0x1000)
+			f.word(sp+tc.spAt, sp+0x800)
+			f.word(sp+tc.pcAt, interrupted)
+			if tc.cpsrAt != 0 {
+				f.word(sp+tc.cpsrAt, arch.CPSRThumb)
+			}
+			var rs regs.Set
+			rs.Set(tc.a.SP, sp)
+			r := f.unwind(tramp, rs, Options{NoScan: true})
+			if len(r.Frames) < 2 {
+				t.Fatalf("%d frames (stop %s: %s), want the interrupted one", len(r.Frames), r.Stop, r.Detail)
+			}
+			fr := r.Frames[1]
+			if fr.PC != interrupted || fr.Method != MethodSignal || fr.Trust != TrustHigh || !fr.Exact || fr.SP != sp+0x800 {
+				t.Errorf("frame 1: %+v, want the interrupted pc %#x by signal, exact, SP %#x", fr, uint64(interrupted), sp+0x800)
+			}
+			if tc.cpsrAt != 0 && !fr.Thumb {
+				t.Error("frame 1 not in Thumb state (saved CPSR)")
+			}
+		})
+	}
+}
+
+// raise in a libc without tables, on x86: musl's sigaction passed the
+// restorer's address to the kernel in a struct on the stack, and raise's
+// frame now holds a stale copy of it above the return address... below it
+// in the scan's way. Taken, it would read a signal frame out of garbage;
+// the scan must refuse it and find raise's caller.
+func TestScanRefusesStaleRestorer(t *testing.T) {
+	f := newFake(t, arch.X86_64)
+	const caller, raise, tramp = 0x10000, 0x10100, 0x12000
+	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	f.code(caller+0x20, callX86(caller+0x20, raise)...)
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+0x10, tramp)        // stale; zeros above: no interrupted context
+	f.word(sp+0x200, caller+0x25) // raise's return address
+	var rs regs.Set
+	rs.Set(7, sp)
+	r := f.unwind(raise+0x30, rs, Options{})
+	check(t, r,
+		want{raise + 0x30, MethodContext, TrustHigh},
+		want{caller + 0x25, MethodScan, TrustLow})
+}
+
+// ARM Thumb: a handler without tables whose caller is musl's restorer in
+// the program (the kernel set LR to sa_restorer, the handler pushed it):
+// the scan takes it because the signal frame above the slot holds a
+// plausible context, and the walk goes on into the interrupted code.
+func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
+	f := newFake(t, arch.ARM)
+	const handler, tramp, interrupted = 0x10400, 0x12000, 0x10124
+	f.code(tramp, 0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf)
+	sp := uint64(stackBase + 0x1000)
+	slot := sp + 0xc
+	f.word(slot, tramp|1)
+	frame := slot + 4 // the rt_sigframe: the handler's SP on entry
+	f.word(frame+160+13*4, frame+0x400)
+	f.word(frame+160+15*4, interrupted)
+	f.word(frame+160+16*4, arch.CPSRThumb)
+	var rs regs.Set
+	rs.Set(13, sp)
+	r := f.unwind(handler+0x10|1, rs, Options{Thumb: true})
+	if len(r.Frames) < 3 {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:3]},
+		want{handler + 0x10, MethodContext, TrustHigh},
+		want{tramp, MethodScan, TrustLow},
+		want{interrupted, MethodSignal, TrustLow})
+
+	// The same slot with nothing above it: refused.
+	f.word(frame+160+13*4, 0)
+	r = f.unwind(handler+0x10|1, rs, Options{Thumb: true})
+	for _, fr := range r.Frames[1:] {
+		if fr.PC == tramp {
+			t.Errorf("took the restorer's address without a signal frame above it")
+		}
+	}
+	if !strings.Contains(r.Detail, "scan: ") {
+		t.Errorf("stop %s: %q", r.Stop, r.Detail)
+	}
+}
