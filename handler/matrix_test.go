@@ -75,6 +75,23 @@ func TestMatrixFigures(t *testing.T) {
 	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
 		os.WriteFile(p, []byte(b.String()), 0o644)
 	}
+	// musl (issue 16): the rows must not fall below what they reached,
+	// and low-trust frames may be wrong in at most 2% of the crashes.
+	var crashes, wrong int
+	for name, fl := range fixture.MuslFloors {
+		fig := rows[name]
+		if fig == nil || fig.Crashes == 0 {
+			continue // not built here, or not in this run
+		}
+		if fl.Below(fig) {
+			t.Errorf("%s: %d/%d frames equal, below the %d/%d it reached", name, fig.Equal, fig.Want, fl.Equal, fl.Want)
+		}
+		crashes += fig.Crashes
+		wrong += fig.WrongCrashes()
+	}
+	if wrong*50 > crashes {
+		t.Errorf("musl: %d of %d crashes have a wrong frame, over 2%%", wrong, crashes)
+	}
 }
 
 func matrixScenarios(dir, variant string) []string {
