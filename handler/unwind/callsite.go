@@ -26,8 +26,10 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 		thumb = ra&1 != 0
 		ra &^= 1
 	}
-	mi, m := u.module(ra)
-	if mi < 0 || !m.InCode(ra) {
+	// The call is in code, the address after it may not be: a noreturn
+	// call as the last instruction of a segment returns past its end.
+	mi, m := u.module(ra - 1)
+	if mi < 0 || !m.InCode(ra-1) {
 		if u.isTrampoline(ra) {
 			return arch.Call{Direct: true}, nil
 		}
@@ -117,6 +119,7 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 	sp = (sp + ps - 1) &^ (ps - 1)
 	buf := make([]byte, scanChunk)
 	var rejected int
+	var guess *state // the first word that passed, unconfirmed
 	for off := uint64(0); off < maxScan; off += scanChunk {
 		n, _ := u.p.Mem.ReadAt(buf, int64(sp+off))
 		if n < int(ps) {
@@ -164,16 +167,26 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				rejected++
 				continue
 			}
-			next = state{}
-			next.pc = w
-			next.rs.Set(a.SP, slot+ps)
-			next.spApprox = !a.RASlotTop
-			next.raMem = true
-			return next, nil
+			if guess != nil {
+				continue
+			}
+			guess = &state{pc: w, spApprox: !a.RASlotTop, raMem: true}
+			guess.rs.Set(a.SP, slot+ps)
+			if a.Prologue == nil {
+				return *guess, nil
+			}
+			// A prologue-confirmed word further up would say where the
+			// callee saved its return address: everything below that
+			// slot is the callee's own frame, this word a stale one
+			// (a return address left by an earlier call through a
+			// pointer, which nothing can check). Look on for one.
 		}
 		if n < len(buf) {
 			break
 		}
+	}
+	if guess != nil {
+		return *guess, nil
 	}
 	return state{}, fmt.Errorf("no return address in %d bytes above SP (%d code addresses failed call-site validation)", maxScan, rejected)
 }

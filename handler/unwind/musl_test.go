@@ -1,9 +1,12 @@
 package unwind
 
 import (
+	"bytes"
+	"encoding/binary"
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
@@ -116,4 +119,82 @@ func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
 	if !strings.Contains(r.Detail, "scan: ") {
 		t.Errorf("stop %s: %q", r.Stop, r.Detail)
 	}
+}
+
+// withFile gives the fake's module a file: a minimal ELF whose one PT_LOAD
+// (r-x, offset 0, address 0) holds the code region as it is now, so
+// prologue analysis can read the code. The ELF headers overwrite the
+// first bytes of the region: keep code away from codeBase.
+func (f *fakeProc) withFile() {
+	img := append([]byte(nil), f.mem.at(codeBase, codeSize)...)
+	le := binary.LittleEndian
+	copy(img, []byte{0x7f, 'E', 'L', 'F', 2, 1, 1})
+	le.PutUint16(img[16:], 3) // ET_DYN
+	le.PutUint16(img[18:], uint16(f.a.Machine))
+	le.PutUint32(img[20:], 1)
+	le.PutUint64(img[32:], 64) // e_phoff
+	le.PutUint16(img[52:], 64)
+	le.PutUint16(img[54:], 56)
+	le.PutUint16(img[56:], 1) // e_phnum
+	ph := img[64:]
+	le.PutUint32(ph[0:], 1) // PT_LOAD
+	le.PutUint32(ph[4:], 5) // PF_R|PF_X
+	le.PutUint64(ph[32:], codeSize)
+	le.PutUint64(ph[40:], codeSize)
+	le.PutUint64(ph[48:], 0x1000)
+	m := f.mods[0]
+	if err := m.LoadFrom(bytes.NewReader(img)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// RISC-V, no tables: the function holding the PC was called directly, and
+// its prologue saved ra at sp+24; below that slot, in its own frame, lies
+// a stale return address after a call through a pointer, which no check
+// can reject. The scan must not take the first word that passes: the
+// prologue-confirmed one above it says where the frame ends.
+func TestScanPrefersConfirmedOverStaleIndirect(t *testing.T) {
+	f := newFake(t, arch.RISCV64)
+	const g, fn, h = 0x10200, 0x10400, 0x10600
+	f.insn32(g+0x10, jalRV(g+0x10, fn))
+	f.insn32(fn, 0xfe010113)   // addi sp, sp, -32
+	f.insn32(fn+4, 0x00113c23) // sd ra, 24(sp)
+	for pc := uint64(fn + 8); pc < fn+0x20; pc += 4 {
+		f.insn32(pc, 0x00000013) // nop
+	}
+	f.insn16(h+0x10, 0x9782) // c.jalr a5
+	f.withFile()
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+8, h+0x12)  // stale
+	f.word(sp+24, g+0x14) // saved ra
+	var rs regs.Set
+	rs.Set(2, sp)
+	r := f.unwind(fn+0x20, rs, Options{})
+	if len(r.Frames) < 2 {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:2]},
+		want{fn + 0x20, MethodContext, TrustHigh},
+		want{g + 0x14, MethodPrologue, TrustMedium})
+}
+
+// A noreturn call as the last instruction of the executable segment: its
+// return address is the first byte past the code (RISC-V gcc+mold's main
+// ends in the call to ab1). It is still a return address.
+func TestReturnAddressPastEndOfCode(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	m := f.mods[0]
+	m.Maps = []module.Mapping{
+		{Start: codeBase, End: codeBase + 0x1000, Path: m.Path, Perms: "r-xp"},
+		{Start: codeBase + 0x1000, End: codeBase + codeSize, Offset: 0x1000, Path: m.Path, Perms: "r--p"},
+	}
+	const callee, call = 0x10200, codeBase + 0xffc
+	f.insn32(call, blA64(call, callee))
+	var rs regs.Set
+	rs.Set(31, stackBase+0x1000)
+	rs.Set(30, call+4)
+	r := f.unwind(callee+0x10, rs, Options{NoScan: true})
+	check(t, r,
+		want{callee + 0x10, MethodContext, TrustHigh},
+		want{call + 4, MethodLR, TrustMedium})
 }
