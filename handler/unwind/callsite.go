@@ -3,6 +3,7 @@ package unwind
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
@@ -71,21 +72,139 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 			return c, nil
 		}
 	}
+	site := ra - uint64(c.Size)
+	err := u.reaches(tmod, tm != cm, site, c.Target, pc)
+	if err == nil || a.TailBranch == nil {
+		return c, err
+	}
+	// A function that only passes its arguments on jumps to another
+	// (musl's __syscall_cp to __syscall_cp_c, pthread_cond_wait to
+	// pthread_cond_timedwait): the call reaches the jump's target too,
+	// and that is the callee whose PC this is.
+	t := c.Target
+	for i := 0; i < maxTail; i++ {
+		code := make([]byte, arch.MaxTailCode)
+		if u.readCode(tmod, t, code) != nil {
+			break
+		}
+		next, ok := a.TailBranch(code, t)
+		if !ok || module.Find(u.p.Modules, next) != tm {
+			break
+		}
+		if u.reaches(tmod, tm != cm, site, next, pc) == nil {
+			c.Target = next
+			return c, nil
+		}
+		t = next
+	}
+	return c, err
+}
+
+// maxTail bounds the jumps followed from a call's target.
+const maxTail = 2
+
+// reaches says why a direct call from site to target cannot have led to
+// pc (nil when it can): target in another module, above the pc, the call
+// site between the two, or a known function start between them.
+func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, pc uint64) error {
 	switch {
-	case tm != cm:
-		return c, fmt.Errorf("the call at %#x targets %#x, another module than the pc", ra-uint64(c.Size), c.Target)
-	case c.Target > pc:
-		return c, fmt.Errorf("the call at %#x targets %#x, above the pc", ra-uint64(c.Size), c.Target)
-	case ra-uint64(c.Size) >= c.Target && ra-uint64(c.Size) <= pc:
-		return c, fmt.Errorf("the call at %#x lies between its target and the pc", ra-uint64(c.Size))
+	case otherModule:
+		return fmt.Errorf("the call at %#x targets %#x, another module than the pc", site, target)
+	case target > pc:
+		return fmt.Errorf("the call at %#x targets %#x, above the pc", site, target)
+	case site >= target && site <= pc:
+		return fmt.Errorf("the call at %#x lies between its target and the pc", site)
 	}
 	if tmod.File != nil {
 		b := tmod.Bias()
-		if s, ok := tmod.File.StartBefore(pc - b); ok && s > c.Target-b {
-			return c, fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, c.Target)
+		if s, ok := tmod.File.StartBefore(pc - b); ok && s > target-b {
+			return fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, target)
+		}
+		if s, ok := u.targetBefore(tmod.File, pc-b); ok && s > target-b {
+			return fmt.Errorf("a call targets %#x, between the call's target %#x and the pc", s+b, target)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// Bounds of the sweep for call targets: code segments above maxSweep are
+// not swept, and code is read sweepChunk bytes at a time.
+const (
+	maxSweep   = 32 << 20
+	sweepChunk = 64 << 10
+)
+
+// targetBefore returns the highest direct-call target at or below the file
+// address vaddr in f's code. Every direct call names a function start, so
+// in a stripped file without symbols or tables (musl's libc, static
+// programs built with it) these are the starts call-site validation has:
+// without them, a return address whose call targets any function below
+// the PC would reach it, and a scan would skip the frames of functions
+// that tail-called on (musl's __syscall_cp, pthread_cond_wait).
+func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
+	t, ok := u.p.targets[f]
+	if !ok {
+		t = callTargets(u.p.Arch, f)
+		if u.p.targets == nil {
+			u.p.targets = map[*module.File][]uint64{}
+		}
+		u.p.targets[f] = t
+	}
+	i := sort.Search(len(t), func(i int) bool { return t[i] > vaddr }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return t[i], true
+}
+
+// callTargets sweeps f's executable segment for direct calls, at every
+// position the architecture's calls may end, and returns their targets
+// inside the segment, sorted. Data in code may decode as a call: its
+// target lands in the segment by chance only, and a false start makes
+// validation refuse more, never accept more.
+func callTargets(a *arch.Arch, f *module.File) []uint64 {
+	start, size, ok := f.Code()
+	if !ok || a.CallAlign == 0 || a.Call == nil || size > maxSweep {
+		return nil
+	}
+	step := uint64(a.CallAlign)
+	seen := map[uint64]bool{}
+	buf := make([]byte, arch.MaxCallSize+sweepChunk)
+	for off := uint64(0); off < size; off += sweepChunk {
+		// Each chunk starts MaxCallSize bytes early, so that a call
+		// across the boundary is seen.
+		lo := off
+		if lo >= arch.MaxCallSize {
+			lo -= arch.MaxCallSize
+		} else {
+			lo = 0
+		}
+		hi := min(off+sweepChunk, size)
+		code := buf[:hi-lo]
+		if f.ReadCode(start+lo, code) != nil {
+			continue
+		}
+		for end := (off + step) &^ (step - 1); end <= hi; end += step {
+			if end < lo+step {
+				continue
+			}
+			b := code[:end-lo]
+			if len(b) > arch.MaxCallSize {
+				b = b[len(b)-arch.MaxCallSize:]
+			}
+			ra := start + end
+			c, ok := a.Call(b, ra, false)
+			if ok && c.Direct && c.Target != ra && c.Target >= start && c.Target-start < size {
+				seen[c.Target] = true
+			}
+		}
+	}
+	out := make([]uint64, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // isTrampoline reports whether code at pc is a signal-return trampoline.

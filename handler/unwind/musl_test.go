@@ -198,3 +198,60 @@ func TestReturnAddressPastEndOfCode(t *testing.T) {
 		want{callee + 0x10, MethodContext, TrustHigh},
 		want{call + 4, MethodLR, TrustMedium})
 }
+
+// musl's cancellable syscalls: __timedwait_cp calls __syscall_cp, which
+// jumps on to __syscall_cp_c, laid out below it: the call's target is
+// above the PC, yet the call led there. Call-site validation follows the
+// jump a function begins with.
+func TestCallReachesThroughTailJump(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	const caller, inner, wrapper = 0x10100, 0x10400, 0x10800
+	f.insn32(caller+0x10, blA64(caller+0x10, wrapper))
+	f.insn32(wrapper, 0xd2800002) // mov x2, #0
+	f.insn32(wrapper+4, bA64(wrapper+4, inner))
+	var rs regs.Set
+	rs.Set(31, stackBase+0x1000)
+	rs.Set(30, caller+0x14)
+	r := f.unwind(inner+0x10, rs, Options{NoScan: true})
+	check(t, r,
+		want{inner + 0x10, MethodContext, TrustHigh},
+		want{caller + 0x14, MethodLR, TrustMedium})
+
+	// A jump elsewhere does not reach the PC.
+	f.insn32(wrapper+4, bA64(wrapper+4, caller))
+	r = f.unwind(inner+0x10, rs, Options{NoScan: true})
+	check(t, r, want{inner + 0x10, MethodContext, TrustHigh})
+}
+
+// A stripped static program names no function, but every direct call in
+// its code names one: a return address whose call targets a function below
+// another called one cannot reach the PC past it. Without that, a scan
+// skipped musl's table-less frames straight to the program's.
+func TestCallTargetsAreFunctionStarts(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	const caller, a, b, other = 0x10100, 0x10400, 0x10600, 0x10900
+	f.insn32(caller+0x10, blA64(caller+0x10, a))
+	var rs regs.Set
+	rs.Set(31, stackBase+0x1000)
+	rs.Set(30, caller+0x14)
+	f.withFile()
+	r := f.unwind(b+0x10, rs, Options{NoScan: true})
+	check(t, r,
+		want{b + 0x10, MethodContext, TrustHigh},
+		want{caller + 0x14, MethodLR, TrustMedium})
+
+	// Some code calls b: b is a function, and a's callers cannot reach it.
+	f = newFake(t, arch.AArch64)
+	f.insn32(caller+0x10, blA64(caller+0x10, a))
+	f.insn32(other+0x10, blA64(other+0x10, b))
+	f.withFile()
+	r = f.unwind(b+0x10, rs, Options{NoScan: true})
+	check(t, r, want{b + 0x10, MethodContext, TrustHigh})
+	if !strings.Contains(r.Detail, "a call targets") {
+		t.Errorf("detail %q does not name the call target", r.Detail)
+	}
+}
+
+func bA64(at, target uint64) uint32 {
+	return 0x14000000 | uint32((int64(target)-int64(at))/4)&0x03FFFFFF
+}

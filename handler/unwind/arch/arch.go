@@ -48,6 +48,18 @@ type Arch struct {
 	// call's target that jumps on to another function).
 	Call CallBefore
 	PLT  func(code []byte) bool
+	// CallAlign is the alignment at which direct calls are looked for in
+	// a whole code segment: their targets are function starts, which
+	// call-site validation uses where a stripped file names none. 0 where
+	// such a sweep finds too many false calls (ARM: A32 and Thumb mixed,
+	// with no mapping symbols left to tell them apart).
+	CallAlign int
+	// TailBranch decodes the start of a function at address at (code
+	// holds MaxTailCode bytes there) and returns the target of the direct
+	// jump it begins with, after at most a few instructions that do not
+	// branch: a function that only passes its arguments on. nil where
+	// not decoded.
+	TailBranch func(code []byte, at uint64) (uint64, bool)
 
 	// RASlotTop says compilers save the return address at the top of a
 	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the

@@ -41,6 +41,8 @@ var RISCV64 = &Arch{
 	Call:       callRISCV,
 	RASlotTop:  true,
 	PLT:        pltRISCV,
+	CallAlign:  2,
+	TailBranch: tailRISCV,
 	Strategies: []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
 	MinInsn:    2,
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
