@@ -376,7 +376,9 @@ func (u *unwinder) scannedSigframe(ra, slot uint64) error {
 	if _, err := u.p.Mem.ReadAt(b[:], int64(sp)); err != nil {
 		return fmt.Errorf("signal frame above %#x: the stack pointer %#x is not in memory", slot, sp)
 	}
-	if pm := module.Find(u.p.Modules, ctx.pc); pm < 0 || !u.p.Modules[pm].InCode(ctx.pc) {
+	// The module is loaded first: without its file, NT_FILE's mappings
+	// say nothing of what is code.
+	if pm, pmod := u.module(ctx.pc); pm < 0 || !pmod.InCode(ctx.pc) {
 		return fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
 	}
 	return nil

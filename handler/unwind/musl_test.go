@@ -255,3 +255,41 @@ func TestCallTargetsAreFunctionStarts(t *testing.T) {
 func bA64(at, target uint64) uint32 {
 	return 0x14000000 | uint32((int64(target)-int64(at))/4)&0x03FFFFFF
 }
+
+// Offline, from a core's NT_FILE, a module's mappings carry no
+// permissions until its file is loaded: the interrupted PC a scanned
+// signal frame holds must be checked after loading the module it is in,
+// or offline and live unwinds of the same crash differ.
+func TestScannedSigframeLoadsTheModule(t *testing.T) {
+	f := newFake(t, arch.X86_64)
+	const handler, tramp = 0x10400, 0x12000
+	const libBase, interrupted = 0x40000, 0x40124
+	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	lib := &module.Module{Path: "/lib/libc.so", Start: libBase, End: libBase + 0x1000,
+		Maps: []module.Mapping{{Start: libBase, End: libBase + 0x1000, Path: "/lib/libc.so"}}}
+	f.mods = append(f.mods, lib)
+	sp := uint64(stackBase + 0x1000)
+	slot := sp + 0x18
+	f.word(slot, tramp)
+	f.word(slot+8+0x28+120, sp+0x800) // rsp
+	f.word(slot+8+0x28+128, interrupted)
+	var rs regs.Set
+	rs.Set(7, sp)
+	loaded := false
+	p := &Process{Arch: f.a, Modules: f.mods, Mem: f.mem, Load: func(m *module.Module) {
+		if m == lib {
+			m.Maps[0].Perms = "r-xp"
+			loaded = true
+		}
+	}}
+	r := Unwind(p, handler+0x10, rs, Options{})
+	if len(r.Frames) < 3 || r.Frames[1].PC != tramp || r.Frames[2].PC != interrupted {
+		for i, fr := range r.Frames {
+			t.Logf("  #%d %#x %s", i, fr.PC, fr.Method)
+		}
+		t.Errorf("want the restorer then the interrupted pc %#x (stop %s: %s)", uint64(interrupted), r.Stop, r.Detail)
+	}
+	if !loaded {
+		t.Error("the interrupted pc's module was never loaded")
+	}
+}
