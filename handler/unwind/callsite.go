@@ -270,9 +270,23 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				continue
 			}
 			slot := sp + off + uint64(i)
-			if err := u.scannedSigframe(at, slot); err != nil {
+			sigSP, err := u.scannedSigframe(at, slot)
+			if err != nil && !a.RASlotTop {
+				// The handler's return address, most likely, and the
+				// words above it the signal frame's saved registers:
+				// taking one of those would skip the frames between.
+				return state{}, fmt.Errorf("at %#x: %w", slot, err)
+			}
+			if err != nil {
 				rejected++
 				continue
+			}
+			if sigSP != 0 {
+				// The signal frame is placed: the trampoline's SP is
+				// known exactly, whatever the architecture's frames.
+				next := state{pc: w, raMem: true}
+				next.rs.Set(a.SP, sigSP)
+				return next, nil
 			}
 			next, ok, err := u.confirm(c, cur, slot)
 			if err != nil {
@@ -349,9 +363,17 @@ func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, er
 // the kernel in a struct on the stack), and a walk through a stale one
 // reads a signal frame out of garbage: the frame must hold an interrupted
 // context that makes sense, a stack pointer to memory and a PC in code.
-// Where the return address is saved at the bottom of a frame (AArch64)
-// the signal frame cannot be placed, and the address is refused.
-func (u *unwinder) scannedSigframe(ra, slot uint64) error {
+// It returns the SP at the trampoline (the signal frame's start), 0 when
+// ra is no trampoline's.
+//
+// Where the return address is saved at the bottom of a frame (AArch64),
+// the signal frame is placed from the frame record instead: the handler
+// saved {x29, x30} with x30 the trampoline and x29 the record the kernel
+// put after the signal frame (sr.NextRecord), which repeats the
+// interrupted x29 and x30. Without that agreement the address is refused:
+// the words above it are the signal frame's saved registers, not return
+// addresses.
+func (u *unwinder) scannedSigframe(ra, slot uint64) (uint64, error) {
 	a := u.p.Arch
 	mi, m := u.module(ra)
 	if mi < 0 {
@@ -359,27 +381,49 @@ func (u *unwinder) scannedSigframe(ra, slot uint64) error {
 	}
 	sr := u.trampoline(m, ra)
 	if sr == nil {
-		return nil
+		return 0, nil
 	}
+	ps := uint64(a.PtrSize)
+	sigSP := slot + ps
+	var rec uint64
 	if !a.RASlotTop {
-		return errors.New("a signal trampoline's address, but not where its signal frame is")
+		if sr.NextRecord == 0 {
+			return 0, errors.New("a signal trampoline's address, but not where its signal frame is")
+		}
+		var err error
+		if rec, err = u.readPtr(slot - ps); err != nil {
+			return 0, err
+		}
+		sigSP = rec - uint64(sr.NextRecord)
+		if rec < uint64(sr.NextRecord) || sigSP <= slot || sigSP%16 != 0 {
+			return 0, fmt.Errorf("signal frame above %#x: the handler's frame record does not point past it", slot)
+		}
 	}
-	ctx, err := u.sigframe(sr, slot+uint64(a.PtrSize))
+	ctx, err := u.sigframe(sr, sigSP)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sp, _ := ctx.rs.Get(a.SP)
 	var b [1]byte
-	if sp == 0 || sp%uint64(a.PtrSize) != 0 {
-		return fmt.Errorf("signal frame above %#x: no plausible stack pointer", slot)
+	if sp == 0 || sp%ps != 0 {
+		return 0, fmt.Errorf("signal frame above %#x: no plausible stack pointer", slot)
 	}
 	if _, err := u.p.Mem.ReadAt(b[:], int64(sp)); err != nil {
-		return fmt.Errorf("signal frame above %#x: the stack pointer %#x is not in memory", slot, sp)
+		return 0, fmt.Errorf("signal frame above %#x: the stack pointer %#x is not in memory", slot, sp)
 	}
 	// The module is loaded first: without its file, NT_FILE's mappings
 	// say nothing of what is code.
 	if pm, pmod := u.module(ctx.pc); pm < 0 || !pmod.InCode(ctx.pc) {
-		return fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
+		return 0, fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
 	}
-	return nil
+	if rec != 0 {
+		fp, err1 := u.readPtr(rec)
+		lr, err2 := u.readPtr(rec + ps)
+		cfp, _ := ctx.rs.Get(a.FP)
+		clr, _ := ctx.rs.Get(a.LR)
+		if err1 != nil || err2 != nil || fp != cfp || lr != clr {
+			return 0, fmt.Errorf("signal frame at %#x: the record after it does not repeat the interrupted frame pointer and link register", sigSP)
+		}
+	}
+	return sigSP, nil
 }

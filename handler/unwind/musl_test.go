@@ -293,3 +293,54 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 		t.Error("the interrupted pc's module was never loaded")
 	}
 }
+
+// AArch64 saves {x29, x30} at the bottom of a frame: a scanned trampoline
+// address gives no SP. The kernel points the handler's x29 at a record
+// after the signal frame that repeats the interrupted x29 and x30
+// (arch/arm64/kernel/signal.c, setup_return): when the handler's saved
+// x29 beside the address leads there, the signal frame is placed. When it
+// does not, the scan stops: the words above are the signal frame's saved
+// registers, and a return address among them would skip frames.
+func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
+	const tramp, handler, fn, caller, decoy = 0x12000, 0x10400, 0x10600, 0x10800, 0x10a00
+	setup := func(agree bool) *fakeProc {
+		f := newFake(t, arch.AArch64)
+		f.code(tramp, 0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4)
+		f.insn32(caller+0x10, blA64(caller+0x10, fn))
+		f.insn32(decoy+0x10, blA64(decoy+0x10, handler))
+		sp := uint64(stackBase + 0x1000)
+		sigSP := sp + 0x20
+		rec := sigSP + 128 + 176 + 288 + 4096
+		regs := sigSP + 128 + 176 + 8
+		f.word(sp, rec)     // the handler's saved x29
+		f.word(sp+8, tramp) // and x30
+		f.word(sp+0x18, decoy+0x14)
+		f.word(regs+29*8, sp+0x3000)
+		f.word(regs+30*8, caller+0x14)
+		f.word(regs+31*8, sp+0x2000)
+		f.word(regs+32*8, fn+0x8)
+		f.word(rec, sp+0x3000)
+		lr := uint64(caller + 0x14)
+		if !agree {
+			lr = caller + 0x18
+		}
+		f.word(rec+8, lr)
+		return f
+	}
+	var rs regs.Set
+	rs.Set(31, stackBase+0x1000)
+	r := setup(true).unwind(handler+0x10, rs, Options{})
+	if len(r.Frames) < 3 {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:3]},
+		want{handler + 0x10, MethodContext, TrustHigh},
+		want{tramp, MethodScan, TrustLow},
+		want{fn + 0x8, MethodSignal, TrustLow})
+
+	r = setup(false).unwind(handler+0x10, rs, Options{})
+	check(t, r, want{handler + 0x10, MethodContext, TrustHigh})
+	if !strings.Contains(r.Detail, "does not repeat") {
+		t.Errorf("detail %q", r.Detail)
+	}
+}

@@ -123,6 +123,11 @@ type Sigreturn struct {
 	// CPSRSlot, when non-zero, is the offset of the saved status word whose
 	// bit 5 is the interrupted code's Thumb state (ARM32).
 	CPSRSlot int64
+	// NextRecord, when non-zero, is the offset from SP to the frame record
+	// the kernel puts after the signal frame, holding the interrupted
+	// frame pointer and link register, where the handler's frame pointer
+	// points (AArch64).
+	NextRecord int64
 }
 
 // FrameRecord is one frame-pointer convention: where the record keeps the
