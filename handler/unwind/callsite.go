@@ -157,47 +157,32 @@ func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
 	return t[i], true
 }
 
-// callTargets sweeps f's executable segment for direct calls, at every
-// position the architecture's calls may end, and returns their targets
-// inside the segment, sorted. Data in code may decode as a call: its
-// target lands in the segment by chance only, and a false start makes
-// validation refuse more, never accept more.
+// callTargets sweeps f's executable segment for direct calls and returns
+// their targets inside the segment, sorted. Data in code may decode as a
+// call: its target lands in the segment by chance only, and a false start
+// makes validation refuse more, never accept more.
 func callTargets(a *arch.Arch, f *module.File) []uint64 {
 	start, size, ok := f.Code()
-	if !ok || a.CallAlign == 0 || a.Call == nil || size > maxSweep {
+	if !ok || a.CallTargets == nil || size > maxSweep {
 		return nil
 	}
-	step := uint64(a.CallAlign)
 	seen := map[uint64]bool{}
+	emit := func(t uint64) {
+		if t >= start && t-start < size {
+			seen[t] = true
+		}
+	}
 	buf := make([]byte, arch.MaxCallSize+sweepChunk)
 	for off := uint64(0); off < size; off += sweepChunk {
-		// Each chunk starts MaxCallSize bytes early, so that a call
-		// across the boundary is seen.
-		lo := off
-		if lo >= arch.MaxCallSize {
-			lo -= arch.MaxCallSize
-		} else {
-			lo = 0
-		}
+		// Each chunk starts MaxCallSize bytes early (a multiple of every
+		// alignment), so that a call across the boundary is seen.
+		lo := off - min(off, arch.MaxCallSize)
 		hi := min(off+sweepChunk, size)
 		code := buf[:hi-lo]
 		if f.ReadCode(start+lo, code) != nil {
 			continue
 		}
-		for end := (off + step) &^ (step - 1); end <= hi; end += step {
-			if end < lo+step {
-				continue
-			}
-			b := code[:end-lo]
-			if len(b) > arch.MaxCallSize {
-				b = b[len(b)-arch.MaxCallSize:]
-			}
-			ra := start + end
-			c, ok := a.Call(b, ra, false)
-			if ok && c.Direct && c.Target != ra && c.Target >= start && c.Target-start < size {
-				seen[c.Target] = true
-			}
-		}
+		a.CallTargets(code, start+lo, emit)
 	}
 	out := make([]uint64, 0, len(seen))
 	for t := range seen {

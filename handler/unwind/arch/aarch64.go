@@ -34,7 +34,7 @@ var AArch64 = &Arch{
 	FrameRecords: []FrameRecord{{Name: "aapcs64", PrevFP: 0, RA: 8, CallerSP: 16}},
 	Call:         callAArch64,
 	PLT:          pltAArch64,
-	CallAlign:    4,
+	CallTargets:  sweepAArch64,
 	TailBranch:   tailAArch64,
 	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      4,

@@ -48,12 +48,12 @@ type Arch struct {
 	// call's target that jumps on to another function).
 	Call CallBefore
 	PLT  func(code []byte) bool
-	// CallAlign is the alignment at which direct calls are looked for in
-	// a whole code segment: their targets are function starts, which
-	// call-site validation uses where a stripped file names none. 0 where
-	// such a sweep finds too many false calls (ARM: A32 and Thumb mixed,
-	// with no mapping symbols left to tell them apart).
-	CallAlign int
+	// CallTargets sweeps code (at file address vaddr) for direct calls
+	// and emits their targets: function starts, which call-site
+	// validation uses where a stripped file names none. nil where such a
+	// sweep finds too many false calls (ARM: A32 and Thumb mixed, with no
+	// mapping symbols left to tell them apart).
+	CallTargets func(code []byte, vaddr uint64, emit func(target uint64))
 	// TailBranch decodes the start of a function at address at (code
 	// holds MaxTailCode bytes there) and returns the target of the direct
 	// jump it begins with, after at most a few instructions that do not

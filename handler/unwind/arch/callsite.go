@@ -1,6 +1,9 @@
 package arch
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // Call is the call instruction found just before a return address.
 type Call struct {
@@ -297,4 +300,38 @@ func tailX86(code []byte, at uint64) (uint64, bool) {
 		i = j + 2
 	}
 	return 0, false
+}
+
+// Direct-call sweeps: every position a call may start at (x86_64: any
+// byte; AArch64: every word; RISC-V: every halfword, for the C
+// extension). Their targets are function starts.
+
+func sweepX86(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+5 <= len(code); i++ {
+		j := bytes.IndexByte(code[i:len(code)-4], 0xE8)
+		if j < 0 {
+			return
+		}
+		i += j
+		if rel := int32(binary.LittleEndian.Uint32(code[i+1:])); rel != 0 { // call +0 reads the PC
+			emit(uint64(int64(vaddr) + int64(i) + 5 + int64(rel)))
+		}
+	}
+}
+
+func sweepAArch64(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 4 {
+		if w := binary.LittleEndian.Uint32(code[i:]); w&0xFC000000 == 0x94000000 {
+			emit(uint64(int64(vaddr) + int64(i) + sext(uint64(w&0x03FFFFFF), 26)*4))
+		}
+	}
+}
+
+func sweepRISCV(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 2 {
+		if w := binary.LittleEndian.Uint32(code[i:]); w&0xFFF == 0x0EF {
+			imm := uint64(w>>31&1)<<20 | uint64(w>>21&0x3FF)<<1 | uint64(w>>20&1)<<11 | uint64(w>>12&0xFF)<<12
+			emit(uint64(int64(vaddr) + int64(i) + sext(imm, 21)))
+		}
+	}
 }

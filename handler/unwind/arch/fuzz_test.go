@@ -45,3 +45,19 @@ func FuzzTailBranch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCallTargets feeds the direct-call sweeps arbitrary code (a mapped
+// file's executable segment): no panic on any length or address.
+func FuzzCallTargets(f *testing.F) {
+	f.Add(w32(0x940000f0, 0xd503201f), uint64(0x1000))
+	f.Add([]byte{0x90, 0xe8, 0x10, 0, 0, 0, 0xe8}, uint64(0x1000))
+	f.Add(append(h16(0x4601), w32(0xf65ff0ef)...), uint64(0x1000))
+	f.Add([]byte{0xe8}, uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, vaddr uint64) {
+		for _, a := range all {
+			if a.CallTargets != nil {
+				a.CallTargets(b, vaddr, func(uint64) {})
+			}
+		}
+	})
+}

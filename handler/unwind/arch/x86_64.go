@@ -55,7 +55,7 @@ var X86_64 = &Arch{
 	Call:         callX86,
 	RASlotTop:    true,
 	PLT:          pltX86,
-	CallAlign:    1,
+	CallTargets:  sweepX86,
 	TailBranch:   tailX86,
 	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      1,
