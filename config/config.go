@@ -160,12 +160,81 @@ type Duration time.Duration
 
 // UnmarshalText parses a Go duration string.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
+	v, ok := parseDuration(string(b))
+	if !ok {
 		return fmt.Errorf("%q is not a duration (want e.g. \"5s\", \"1h\")", b)
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// parseDuration reads what time.ParseDuration reads, without a sign: a
+// sequence of decimal numbers, each with an optional fraction and a unit
+// (ns, us, µs, ms, s, m, h), or a bare "0". The handler links it instead
+// of the time package's parser, which is larger than it needs.
+func parseDuration(s string) (time.Duration, bool) {
+	if s == "0" {
+		return 0, true
+	}
+	if s == "" {
+		return 0, false
+	}
+	var total uint64
+	for s != "" {
+		var whole, frac, scale uint64 = 0, 0, 1
+		i := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			if whole > (1<<63-1)/10 {
+				return 0, false
+			}
+			whole = whole*10 + uint64(s[i]-'0')
+		}
+		digits := i
+		if i < len(s) && s[i] == '.' {
+			i++
+			for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+				if scale <= (1<<63-1)/10 { // further digits are below a nanosecond
+					frac = frac*10 + uint64(s[i]-'0')
+					scale *= 10
+				}
+			}
+			digits += i - digits - 1
+		}
+		if digits == 0 {
+			return 0, false
+		}
+		j := i
+		for j < len(s) && s[j] != '.' && (s[j] < '0' || s[j] > '9') {
+			j++
+		}
+		var unit uint64
+		switch s[i:j] {
+		case "ns":
+			unit = uint64(time.Nanosecond)
+		case "us", "µs", "μs":
+			unit = uint64(time.Microsecond)
+		case "ms":
+			unit = uint64(time.Millisecond)
+		case "s":
+			unit = uint64(time.Second)
+		case "m":
+			unit = uint64(time.Minute)
+		case "h":
+			unit = uint64(time.Hour)
+		default:
+			return 0, false
+		}
+		if whole > (1<<63)/unit {
+			return 0, false
+		}
+		v := whole*unit + uint64(float64(frac)*(float64(unit)/float64(scale)))
+		if v > 1<<63-1 || total > 1<<63-1-v {
+			return 0, false
+		}
+		total += v
+		s = s[j:]
+	}
+	return time.Duration(total), true
 }
 
 // MarshalText writes d as a Go duration string.

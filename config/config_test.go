@@ -101,3 +101,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDuration holds the config's duration parser to time.ParseDuration
+// for every unsigned input: the same value, or both refuse it.
+func FuzzDuration(f *testing.F) {
+	for _, s := range []string{"0", "5s", "1h30m", "250ms", "1.5s", "2us", "3µs", ".5h", "1.s", "", "s", "1", "-1s", "+2s", "1e3s", "9223372036s", "2562047h47m16.854775807s", "2562047h47m16.854775808s", "0.0000000001s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+			return
+		}
+		got, ok := parseDuration(s)
+		want, err := time.ParseDuration(s)
+		if ok != (err == nil) {
+			t.Fatalf("%q: ok %v, time.ParseDuration: %v", s, ok, err)
+		}
+		if ok && got != want {
+			d := got - want
+			if d < -1 || d > 1 { // rounding of the fraction: a nanosecond either way
+				t.Fatalf("%q: %v, time.ParseDuration %v", s, got, want)
+			}
+		}
+	})
+}

@@ -37,6 +37,9 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 	for _, arch := range []string{"arm", "riscv64", "aarch64", "x86_64"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
+			if arch == "riscv64" {
+				t.Skip("qemu-riscv64 writes no cores: measure the QEMU lab's (UNWOUND_LAB_KEEP, then UNWOUND_HEURISTICS_LAB)")
+			}
 			var dir string
 			var variants []string
 			switch arch {
@@ -115,7 +118,13 @@ func labHeuristics(t *testing.T, dir string) {
 			continue
 		}
 		b := fixture.Binary{Arch: rep.Arch, Variant: mm[1], Prog: mm[2], Dir: fixture.Build(t, rep.Arch)}
-		want := fixture.OracleSysroot(t, b, cores[0], root)
+		want, err := fixture.TryOracle(t, b, cores[0], root)
+		if err != nil {
+			// gdb-multiarch itself crashes on some ARM cores (the deep
+			// recursion): nothing to compare with.
+			t.Logf("%s/%s pid %d: %.200v", rep.Arch, b.Variant, rep.PID, err)
+			continue
+		}
 		got, err := Offline(OfflineOptions{CoreFile: cores[0], Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
 		if err != nil {
 			t.Fatal(err)

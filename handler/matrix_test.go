@@ -69,6 +69,13 @@ func TestMatrixFigures(t *testing.T) {
 			}
 		})
 	}
+	// Issue 16's floor for table-less code with heuristics only: GCC's
+	// default on arm, glibc, static and dynamic.
+	for _, k := range []string{"arm/gcc-bfd-default-static", "arm/gcc-bfd-default-dynamic"} {
+		if fig := rows[k]; fig != nil && fig.Share() < 90 {
+			t.Errorf("%s: %d/%d frames equal to gdb's (%.1f%%), want at least 90%%", k, fig.Equal, fig.Want, fig.Share())
+		}
+	}
 	var b strings.Builder
 	fixture.Table(&b, rows)
 	t.Logf("crashed-thread frames against gdb (or the known call chain where gdb fails):\n%s", b.String())

@@ -271,14 +271,39 @@ func handlerBudget(t *testing.T, arch string) {
 	}
 	l := newHardenLab(t, arch)
 	big := l.cc("big", bigSrc, "-static")
+	// MiniDebugInfo (issue 17): the same program built as GCC builds C on
+	// ARM and RISC-V by default, without unwind tables for its own code,
+	// then stripped as Yocto strips it: once plainly (the baseline) and
+	// once with our .gnu_debugdata, which the handler decompresses and
+	// whose .debug_frame unwinds the 64 threads. Live mode, same boot.
+	notables := l.cc("big-notables", bigSrc, "-static", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
+	plain, withMDI := filepath.Join(l.work, "big-plain"), filepath.Join(l.work, "big-mdi")
+	strip := map[string]string{"arm": "arm-linux-gnueabihf-", "aarch64": "aarch64-linux-gnu-", "riscv64": "riscv64-linux-gnu-"}[arch] + "strip"
+	if out, err := exec.Command(strip, "--remove-section=.comment", "--remove-section=.note", "-o", plain, notables).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strip, err, out)
+	}
+	unwound, err := HostUnwound(l.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AddMiniDebugInfo(unwound, arch, notables, plain, withMDI); err != nil {
+		t.Fatal(err)
+	}
+	live := "deadline = \"120s\"\nfreeze_budget = \"60s\""
 	modes := map[string]string{
-		"live":   "deadline = \"120s\"\nfreeze_budget = \"60s\"",
-		"stream": "deadline = \"120s\"\nfreeze_budget = \"60s\"\nlive = false",
+		"live":       live,
+		"stream":     live + "\nlive = false",
+		"live-plain": live,
+		"live-mdi":   live,
 	}
 	r := l.initramfs(guest.Plan{Steps: []guest.Step{
 		{Run: []string{"/bin/hardenlab", "budget", "/bin/big", "live", "stream"}, MustSucceed: true},
+		{Run: []string{"/bin/hardenlab", "budget", "/bin/big-plain", "live-plain"}, MustSucceed: true},
+		{Run: []string{"/bin/hardenlab", "budget", "/bin/big-mdi", "live-mdi"}, MustSucceed: true},
 	}}, modes)
 	r.HostFile("/bin/big", 0o755, big)
+	r.HostFile("/bin/big-plain", 0o755, plain)
+	r.HostFile("/bin/big-mdi", 0o755, withMDI)
 	res := l.boot(r, "1536M")
 	reps := shippedReports(t, res)
 	lens := map[int]int{}
@@ -288,9 +313,11 @@ func handlerBudget(t *testing.T, arch string) {
 		}
 	}
 	lines := hlFields(hlLines(res.Console), "BUDGET")
-	if len(lines) != 2 {
-		t.Fatalf("%d BUDGET lines, want 2", len(lines))
+	if len(lines) != 4 {
+		t.Fatalf("%d BUDGET lines, want 4", len(lines))
 	}
+	byMode := map[string]*report.Report{}
+	tree := map[string]int64{} // the wrapper's tree peak, binary once
 	for _, m := range lines {
 		mode := m["mode"]
 		pid := int(atoi(m["pid"]))
@@ -299,13 +326,14 @@ func handlerBudget(t *testing.T, arch string) {
 			t.Errorf("%s: no report for pid %d", mode, pid)
 			continue
 		}
-		if rep.Handler.Mode != mode {
+		byMode[mode] = rep
+		if want, _, _ := strings.Cut(mode, "-"); rep.Handler.Mode != want {
 			t.Errorf("%s: report mode %q (errors %v)", mode, rep.Handler.Mode, rep.Errors)
 		}
 		frames := 0
 		for _, th := range rep.Threads {
 			frames += len(th.Frames)
-			if len(th.Frames) < 2 {
+			if len(th.Frames) < 2 && mode != "live-plain" { // no tables, no symbols: may stop early
 				t.Errorf("%s: thread %d has %d frames (%s %s)", mode, th.TID, len(th.Frames), th.StopReason, th.StopDetail)
 			}
 		}
@@ -334,6 +362,46 @@ func handlerBudget(t *testing.T, arch string) {
 		if lens[pid] > budgetReportLen {
 			t.Errorf("%s: report %d bytes compressed, budget %d", mode, lens[pid], budgetReportLen)
 		}
+		tree[mode] = once
+	}
+	rPlain, rMDI := byMode["live-plain"], byMode["live-mdi"]
+	if rPlain == nil || rMDI == nil {
+		return
+	}
+	// What reading MiniDebugInfo costs, against the plain strip of the
+	// same program in the same boot.
+	methods := func(r *report.Report) map[string]int {
+		n := map[string]int{}
+		for _, th := range r.Threads {
+			for _, f := range th.Frames {
+				n[f.Method]++
+			}
+		}
+		return n
+	}
+	ratio := func(a, b int64) string {
+		if b == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f", float64(a)/float64(b))
+	}
+	t.Logf("%s MiniDebugInfo vs plain strip (live): report max_rss_kib %d / %d (ratio %s); tree peak %d / %d KiB (ratio %s); handler %d / %d ms (ratio %s); frozen %d / %d ms (ratio %s); frames by method %v / %v",
+		arch, rMDI.Handler.MaxRSSKiB, rPlain.Handler.MaxRSSKiB, ratio(rMDI.Handler.MaxRSSKiB, rPlain.Handler.MaxRSSKiB),
+		tree["live-mdi"], tree["live-plain"], ratio(tree["live-mdi"], tree["live-plain"]),
+		rMDI.Handler.DurationMS, rPlain.Handler.DurationMS, ratio(rMDI.Handler.DurationMS, rPlain.Handler.DurationMS),
+		rMDI.Handler.FrozenMS, rPlain.Handler.FrozenMS, ratio(rMDI.Handler.FrozenMS, rPlain.Handler.FrozenMS),
+		methods(rMDI), methods(rPlain))
+	// The .debug_frame it carries unwound the program's own code.
+	var own int
+	for _, th := range rMDI.Threads {
+		for _, f := range th.Frames {
+			if f.Method == "cfi" && f.Module >= 0 && f.Module < len(rMDI.Modules) && rMDI.Modules[f.Module].Path == "/bin/big-mdi" {
+				own++
+			}
+		}
+	}
+	if own < 64 {
+		t.Errorf("MiniDebugInfo: %d cfi frames in the program, want at least one per thread", own)
 	}
 }
 

@@ -453,6 +453,19 @@ func (ir *ImageRun) Run(ctx context.Context) (*ImageResult, error) {
 	return res, err
 }
 
+// AddMiniDebugInfo writes to out the stripped program plus our
+// MiniDebugInfo made from the unstripped one, as the Yocto class and the
+// Buildroot option do: the host's `unwound minidebuginfo` with the
+// target's objcopy (docs/minidebuginfo.md).
+func AddMiniDebugInfo(unwound, arch, unstripped, stripped, out string) error {
+	objcopy := map[string]string{"arm": "arm-linux-gnueabihf-", "aarch64": "aarch64-linux-gnu-", "riscv64": "riscv64-linux-gnu-"}[arch] + "objcopy"
+	cmd := exec.Command(unwound, "minidebuginfo", "--objcopy", objcopy, "--unstripped", unstripped, "--stripped", stripped, "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("unwound minidebuginfo %s: %v\n%s", stripped, err, b)
+	}
+	return nil
+}
+
 // HostUnwound builds the host's unwound command into dir.
 func HostUnwound(dir string) (string, error) {
 	out := filepath.Join(dir, "unwound")

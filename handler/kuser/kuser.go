@@ -66,14 +66,9 @@ func CheckSelf() error {
 }
 
 // Needed reports whether this binary itself calls the helpers: GOARCH=arm
-// built with GOARM 5 or 6 (from the build settings the go command records).
-func Needed() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	return NeededBy(bi.Settings)
-}
+// built with GOARM 5 or 6. The go command says so with build tags (arm.7
+// is set for GOARM=7 only), so no build information is parsed at run time.
+func Needed() bool { return needed }
 
 // NeededBy is Needed for the build settings of any binary (as
 // debug.ReadBuildInfo or `go version -m` give them).

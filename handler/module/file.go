@@ -31,6 +31,9 @@ type File struct {
 
 	BuildID []byte // NT_GNU_BUILD_ID, nil when absent
 	Entry   uint64 // e_entry: _start, the outermost frame of the main thread
+	// Dynamic: the file has PT_DYNAMIC. Without it (a static program) a
+	// PLT stub is an IFUNC's .iplt entry: it jumps within the file.
+	Dynamic bool
 
 	EHFrame    *cfi.Table // .eh_frame (through .eh_frame_hdr when present)
 	DebugFrame *cfi.Table // .debug_frame, in unstripped files
@@ -114,6 +117,8 @@ func Load(r io.ReaderAt) (*File, error) {
 			f.loads = append(f.loads, seg{p.Vaddr, p.Off, p.Filesz, p.Memsz, p.Flags})
 		case elf.PT_GNU_EH_FRAME:
 			hdrProg = p
+		case elf.PT_DYNAMIC:
+			f.Dynamic = true
 		}
 	}
 	f.BuildID = ef.BuildID()
@@ -226,6 +231,9 @@ func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64, ca cfi.Arch) ([]byte, 
 	addr, err := cfi.EHFramePtr(hdr, hdrAddr, ca)
 	if err != nil {
 		return nil, 0
+	}
+	if n, ok := cfi.HdrFDECount(hdr, hdrAddr, ca); ok && n == 0 {
+		return nil, 0 // nothing to find there (mold's empty header)
 	}
 	for _, s := range f.loads {
 		if addr >= s.Vaddr && addr-s.Vaddr < s.Filesz {

@@ -151,6 +151,15 @@ const (
 
 var errXZ = errors.New("not a well-formed xz stream")
 
+// xzErr is errXZ, saying what is wrong. One call site for fmt.Errorf
+// instead of one per check keeps the handler small.
+//
+//go:noinline
+func xzErr(what string) error { return fmt.Errorf("xz: %w (%s)", errXZ, what) }
+
+//go:noinline
+func xzBlockErr(i int, err error) error { return fmt.Errorf("xz: block %d: %w", i, err) }
+
 // decompressXZ decodes a single xz stream of at most max decompressed
 // bytes. The container (stream header and footer, index, block headers,
 // checks) is read here; only the LZMA2 data goes to the decoder, with a
@@ -183,11 +192,11 @@ func decompressXZ(z []byte, max uint64) ([]byte, error) {
 		dataEnd := b.off + b.unpadded - checkLen
 		r, err := lzma.Reader2Config{DictCap: dict}.NewReader2(&deadlineReader{r: bytes.NewReader(z[data:dataEnd])})
 		if err != nil {
-			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+			return nil, xzBlockErr(i, err)
 		}
 		dst := out[pos : pos+b.size]
 		if _, err := io.ReadFull(r, dst); err != nil {
-			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+			return nil, xzBlockErr(i, err)
 		}
 		// The block must end here: LZMA2's end marker, no more output.
 		var one [1]byte
@@ -195,11 +204,11 @@ func decompressXZ(z []byte, max uint64) ([]byte, error) {
 			if err == nil || err == io.EOF {
 				err = errors.New("more data than the index says")
 			}
-			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+			return nil, xzBlockErr(i, err)
 		}
 		// Block padding (to four bytes), then the check.
 		if err := xzCheck(checkType, dst, z[b.end-checkLen:b.end]); err != nil {
-			return nil, fmt.Errorf("xz: block %d: %w", i, err)
+			return nil, xzBlockErr(i, err)
 		}
 		pos += b.size
 	}
@@ -242,34 +251,34 @@ type xzBlock struct {
 func xzIndex(z []byte) ([]xzBlock, uint64, error) {
 	n := uint64(len(z))
 	if n < xzHeaderLen+xzFooterLen || !bytes.Equal(z[:6], []byte{0xfd, '7', 'z', 'X', 'Z', 0}) || !bytes.Equal(z[n-2:], []byte("YZ")) {
-		return nil, 0, fmt.Errorf("xz: %w (magic)", errXZ)
+		return nil, 0, xzErr("magic")
 	}
 	if crc32.ChecksumIEEE(z[6:8]) != binary.LittleEndian.Uint32(z[8:]) || z[6] != 0 {
-		return nil, 0, fmt.Errorf("xz: %w (stream header)", errXZ)
+		return nil, 0, xzErr("stream header")
 	}
 	foot := z[n-xzFooterLen:]
 	if crc32.ChecksumIEEE(foot[4:10]) != binary.LittleEndian.Uint32(foot) {
-		return nil, 0, fmt.Errorf("xz: %w (footer CRC32)", errXZ)
+		return nil, 0, xzErr("footer CRC32")
 	}
 	if !bytes.Equal(foot[8:10], z[6:8]) {
-		return nil, 0, fmt.Errorf("xz: %w (header and footer flags differ)", errXZ)
+		return nil, 0, xzErr("header and footer flags differ")
 	}
 	isize := (uint64(binary.LittleEndian.Uint32(foot[4:])) + 1) * 4
 	if isize > n-xzHeaderLen-xzFooterLen {
-		return nil, 0, fmt.Errorf("xz: %w (index size)", errXZ)
+		return nil, 0, xzErr("index size")
 	}
 	istart := n - xzFooterLen - isize
 	idx := z[istart : n-xzFooterLen]
 	if crc32.ChecksumIEEE(idx[:len(idx)-4]) != binary.LittleEndian.Uint32(idx[len(idx)-4:]) {
-		return nil, 0, fmt.Errorf("xz: %w (index CRC32)", errXZ)
+		return nil, 0, xzErr("index CRC32")
 	}
 	if idx[0] != 0 {
-		return nil, 0, fmt.Errorf("xz: %w (index indicator)", errXZ)
+		return nil, 0, xzErr("index indicator")
 	}
 	p := idx[1 : len(idx)-4]
 	count, p, ok := xzVarint(p)
 	if !ok || count > uint64(len(p))/2 {
-		return nil, 0, fmt.Errorf("xz: %w (record count)", errXZ)
+		return nil, 0, xzErr("record count")
 	}
 	var blocks []xzBlock
 	var total uint64
@@ -277,10 +286,10 @@ func xzIndex(z []byte) ([]xzBlock, uint64, error) {
 	for i := uint64(0); i < count; i++ {
 		var unpadded, size uint64
 		if unpadded, p, ok = xzVarint(p); !ok {
-			return nil, 0, fmt.Errorf("xz: %w (index record)", errXZ)
+			return nil, 0, xzErr("index record")
 		}
 		if size, p, ok = xzVarint(p); !ok {
-			return nil, 0, fmt.Errorf("xz: %w (index record)", errXZ)
+			return nil, 0, xzErr("index record")
 		}
 		padded := (unpadded + 3) &^ 3
 		if unpadded < 5 || padded > istart-off {
@@ -294,12 +303,14 @@ func xzIndex(z []byte) ([]xzBlock, uint64, error) {
 		off += padded
 	}
 	if off != istart {
-		return nil, 0, fmt.Errorf("xz: %w (blocks and index disagree)", errXZ)
+		return nil, 0, xzErr("blocks and index disagree")
 	}
 	return blocks, total, nil
 }
 
 // xzVarint decodes a multibyte integer (xz format §1.2): at most 9 bytes.
+//
+//go:noinline
 func xzVarint(b []byte) (uint64, []byte, bool) {
 	var v uint64
 	for i := 0; i < len(b) && i < 9; i++ {
@@ -322,19 +333,19 @@ func xzVarint(b []byte) (uint64, []byte, bool) {
 // whatever it is given.
 func xzBlockHeader(blk []byte, size uint64) (int, int, error) {
 	if len(blk) == 0 || blk[0] == 0 {
-		return 0, 0, fmt.Errorf("xz: %w (block header)", errXZ)
+		return 0, 0, xzErr("block header")
 	}
 	hlen := (int(blk[0]) + 1) * 4
 	if hlen > len(blk) {
-		return 0, 0, fmt.Errorf("xz: %w (block header size)", errXZ)
+		return 0, 0, xzErr("block header size")
 	}
 	h := blk[:hlen]
 	if crc32.ChecksumIEEE(h[:hlen-4]) != binary.LittleEndian.Uint32(h[hlen-4:]) {
-		return 0, 0, fmt.Errorf("xz: %w (block header CRC32)", errXZ)
+		return 0, 0, xzErr("block header CRC32")
 	}
 	flags := h[1]
 	if flags&0x3c != 0 {
-		return 0, 0, fmt.Errorf("xz: %w (reserved block flags)", errXZ)
+		return 0, 0, xzErr("reserved block flags")
 	}
 	if flags&3 != 0 {
 		return 0, 0, errors.New("xz: filters before LZMA2 (BCJ, delta) not supported")
@@ -344,22 +355,22 @@ func xzBlockHeader(blk []byte, size uint64) (int, int, error) {
 	for _, present := range []bool{flags&0x40 != 0, flags&0x80 != 0} {
 		if present {
 			if _, p, ok = xzVarint(p); !ok {
-				return 0, 0, fmt.Errorf("xz: %w (block sizes)", errXZ)
+				return 0, 0, xzErr("block sizes")
 			}
 		}
 	}
 	var id, psize uint64
 	if id, p, ok = xzVarint(p); !ok {
-		return 0, 0, fmt.Errorf("xz: %w (filter flags)", errXZ)
+		return 0, 0, xzErr("filter flags")
 	}
 	if psize, p, ok = xzVarint(p); !ok || psize > uint64(len(p)) {
-		return 0, 0, fmt.Errorf("xz: %w (filter properties)", errXZ)
+		return 0, 0, xzErr("filter properties")
 	}
 	if id != lzma2Filter {
 		return 0, 0, fmt.Errorf("xz: filter %#x not supported (only LZMA2)", id)
 	}
 	if psize != 1 || p[0] > 40 {
-		return 0, 0, fmt.Errorf("xz: %w (LZMA2 filter properties)", errXZ)
+		return 0, 0, xzErr("LZMA2 filter properties")
 	}
 	b := min(p[0], dictByte(size))
 	if b > 30 { // past what an int holds on 32-bit boards; size is capped far below

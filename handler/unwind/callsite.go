@@ -61,11 +61,18 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	}
 	cm := module.Find(u.p.Modules, pc)
 	if a.PLT != nil {
-		code := make([]byte, 8)
+		code := make([]byte, 12)
 		if u.readCode(tmod, c.Target, code) == nil && a.PLT(code) {
 			// A PLT stub jumps on to another module: the callee's PC must
 			// be in another module than the stub (a return address left
 			// by the callee's own calls through its PLT would pass else).
+			// In a static program the stubs are IFUNCs' (memcpy's): they
+			// jump within it, to a callee the call does not name, as an
+			// indirect call would.
+			if tm == cm && tmod.File != nil && !tmod.File.Dynamic {
+				c.Direct = false
+				return c, nil
+			}
 			if tm == cm {
 				return c, fmt.Errorf("the call at %#x goes through a PLT stub, and the pc is in the same module", ra-uint64(c.Size))
 			}
@@ -332,8 +339,9 @@ func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, er
 		return state{}, false, nil
 	}
 	sp, _ := cur.rs.Get(a.SP)
+	cfa, _ := fr.CFA(sp, cur.rs.Get) // prologueAt computed it already
 	off, saved := fr.Saved[a.RA]
-	if !saved || uint64(int64(sp+fr.Size)+off) != slot {
+	if !saved || uint64(int64(cfa)+off) != slot {
 		return state{}, false, fmt.Errorf("the prologue at %#x saves the return address elsewhere", c.Target)
 	}
 	next.via = MethodPrologue
@@ -372,16 +380,30 @@ func (u *unwinder) scannedSigframe(ra, slot uint64) (uint64, error) {
 	sigSP := slot + ps
 	var rec uint64
 	if !a.RASlotTop {
-		if sr.NextRecord == 0 {
-			return 0, errors.New("a signal trampoline's address, but not where its signal frame is")
-		}
-		var err error
-		if rec, err = u.readPtr(slot - ps); err != nil {
+		// The context records between the frame and the kernel's record
+		// place it (sigFrameBelowFP), from the x29 saved beside the
+		// address or the thread's own; else the record's fixed offset
+		// after a frame without extra context.
+		saved, err := u.readPtr(slot - ps)
+		if err != nil {
 			return 0, err
 		}
-		sigSP = rec - uint64(sr.NextRecord)
-		if rec < uint64(sr.NextRecord) || sigSP <= slot || sigSP%16 != 0 {
-			return 0, fmt.Errorf("signal frame above %#x: the handler's frame record does not point past it", slot)
+		var probe state
+		probe.rs.Set(a.SP, slot+ps)
+		if saved != 0 {
+			probe.rs.Set(a.FP, saved)
+		}
+		if s, ok := u.sigFrameBelowFP(sr, probe); ok {
+			sigSP = s
+		} else {
+			if sr.NextRecord == 0 {
+				return 0, errors.New("a signal trampoline's address, but not where its signal frame is")
+			}
+			rec = saved
+			sigSP = rec - uint64(sr.NextRecord)
+			if rec < uint64(sr.NextRecord) || sigSP <= slot || sigSP%16 != 0 {
+				return 0, fmt.Errorf("signal frame above %#x: the handler's frame record does not point past it", slot)
+			}
 		}
 	}
 	ctx, err := u.sigframe(sr, sigSP)

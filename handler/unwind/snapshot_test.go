@@ -42,6 +42,11 @@ var snapshots = []struct{ arch, variant, scenario string }{
 	{"aarch64", "O2-dynamic", "nullwrite"},
 	{"aarch64", "O2-dynamic", "sighandler"},
 	{"x86_64", "O2-dynamic", "nullfn"},
+	// RISC-V: real-kernel cores from a kept QEMU lab run (qemu-riscv64
+	// writes none): UNWOUND_SNAPSHOT_LAB names the run's directory.
+	{"riscv64", "O2-dynamic-notables", "nullwrite"},
+	{"riscv64", "O0-dynamic-notables", "sighandler"},
+	{"riscv64", "O2-dynamic", "abort"},
 }
 
 const window = 8 << 10
@@ -164,9 +169,21 @@ func replay(t *testing.T, s *snapshot) []snapFrame {
 func capture(t *testing.T, archName, variant, scenario, path string) {
 	dir := fixture.Build(t, archName)
 	b := fixture.Binary{Arch: archName, Variant: variant, Prog: "crash", Dir: dir}
-	core, kernel := fixture.Core(t, b, scenario)
-	want := fixture.Oracle(t, b, core)
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(archName), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+	sysroot := fixture.Sysroot(archName)
+	var core string
+	var kernel bool
+	if archName == "riscv64" {
+		lab := os.Getenv("UNWOUND_SNAPSHOT_LAB")
+		if lab == "" {
+			t.Skip("qemu-riscv64 writes no cores: keep a QEMU lab run (UNWOUND_LAB_KEEP=dir go test -run 'TestLab$/riscv64' ./qemu) and set UNWOUND_SNAPSHOT_LAB=dir/riscv64-riscv64-debian=false")
+		}
+		core, kernel = labCore(t, lab, variant, scenario), true
+		sysroot = filepath.Join(lab, "root") // the guest's files, as the lab copied them
+	} else {
+		core, kernel = fixture.Core(t, b, scenario)
+	}
+	want := fixture.OracleSysroot(t, b, core, sysroot)
+	opts := handler.OfflineOptions{CoreFile: core, Sysroot: sysroot, Config: config.Default(), Log: handler.NewLogger(io.Discard)}
 	if !kernel {
 		opts.Exe = b.Stripped()
 	}
@@ -229,6 +246,30 @@ func capture(t *testing.T, archName, variant, scenario, path string) {
 		}
 	}
 	write(t, path, &s)
+}
+
+// labCore finds, in a kept QEMU lab run, the core of the crash program
+// of variant run with scenario: its argv says both.
+func labCore(t *testing.T, lab, variant, scenario string) string {
+	cores, _ := filepath.Glob(filepath.Join(lab, "cores", "core.*"))
+	want := "/bin/" + variant + "/crash " + scenario
+	for _, p := range cores {
+		if strings.HasSuffix(p, ".json") {
+			continue
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		c, _, err := coredump.OpenFile(f, st.Size(), coredump.DefaultLimits)
+		f.Close()
+		if err == nil && c.PRPSInfo != nil && strings.TrimSpace(c.PRPSInfo.Args) == want {
+			return p
+		}
+	}
+	t.Fatalf("no core of %q under %s", want, lab)
+	return ""
 }
 
 func write(t *testing.T, path string, s *snapshot) {

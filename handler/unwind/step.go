@@ -21,6 +21,10 @@ type unwinder struct {
 	rows  map[rowKey]rowVal
 	// notTramp caches PCs whose code is not a signal trampoline.
 	notTramp map[uint64]bool
+	// fp0 is the thread's frame pointer where it stopped: code built
+	// without frame pointers leaves there what the kernel set for a
+	// signal handler, a hint for finding its frame (sigFrameBelowFP).
+	fp0 uint64
 }
 
 // module returns the module holding pc, loading it on first use.
@@ -170,8 +174,8 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 	a := u.p.Arch
 	pc := cur.pc - m.Bias()
 	n := pc - start
-	if n > 256 {
-		n = 256
+	if n > prologue.MaxCode {
+		n = prologue.MaxCode
 	}
 	code := make([]byte, n)
 	if err := m.File.ReadCode(start, code); err != nil {
@@ -185,7 +189,10 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 	if !ok {
 		return state{}, nil, errors.New("prologue: no stack pointer")
 	}
-	cfa := sp + fr.Size
+	cfa, err := fr.CFA(sp, cur.rs.Get)
+	if err != nil {
+		return state{}, nil, err
+	}
 	next := state{rs: cur.rs}
 	for r, off := range fr.Saved {
 		v, err := u.readPtr(uint64(int64(cfa) + off))
@@ -230,10 +237,10 @@ func (u *unwinder) ehabi(m *module.Module, cur state) (state, error) {
 	// (_start's, before a program's own code). A symbol starting after
 	// the entry says the entry is not this function's.
 	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
-		return state{}, &noEntry{m.Path, fs, err != nil}
+		return state{}, &noEntry{m.Path, fs, err != nil, e.Start, e.End}
 	}
 	if err != nil {
-		return state{}, &cantUnwind{m.Path, e.Start}
+		return state{}, &cantUnwind{m.Path, e.Start, e.End}
 	}
 	if cur.spApprox {
 		return state{}, errors.New("EHABI: SP is only known roughly")
@@ -415,6 +422,14 @@ func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
 	if !ok {
 		return state{}, true, &stepError{StopMemory, "no stack pointer at the signal frame"}
 	}
+	if cur.spApprox {
+		// The saved registers sit at a fixed offset from SP: a frame
+		// pointer step's lower bound would read them from the wrong
+		// place. The kernel's frame record above the frame finds it.
+		if sp, ok = u.sigFrameBelowFP(sr, cur); !ok {
+			return state{}, true, errors.New("signal frame: SP is only known roughly")
+		}
+	}
 	next, err := u.sigframe(sr, sp)
 	return next, true, err
 }
@@ -466,6 +481,87 @@ func (u *unwinder) sigframe(sr *arch.Sigreturn, sp uint64) (state, error) {
 		next.pc &^= 1
 	}
 	return next, nil
+}
+
+// maxSigFrame bounds the search for a signal frame below the frame record
+// the kernel put above it: FP/SIMD, SVE and SME state make it large.
+const maxSigFrame = 64 << 10
+
+// sigFrameBelowFP finds the signal frame that sr describes when SP is
+// unknown, from the frame pointer the handler's frame record restored
+// (the kernel's record just above the frame): the highest 16-byte aligned
+// address below it whose context records start with sr.FirstRecord and
+// chain, record by record, to their terminator below the frame pointer.
+// It returns the SP at the trampoline: the frame's start.
+func (u *unwinder) sigFrameBelowFP(sr *arch.Sigreturn, cur state) (uint64, bool) {
+	a := u.p.Arch
+	fp, ok := cur.rs.Get(a.FP)
+	if !ok {
+		// A scan step knows no registers but SP: the thread's own frame
+		// pointer may still be the kernel's, checked below.
+		fp = u.fp0
+	}
+	low, _ := cur.rs.Get(a.SP) // a lower bound: the frame is above the handler's
+	if sr.Records == 0 || fp < maxSigFrame || fp < low {
+		return 0, false
+	}
+	rec := uint64(sr.Records)
+	for b := (fp &^ 15) - rec - 16; fp-b <= maxSigFrame && b >= low; b -= 16 {
+		h, err := u.readPtr(b + rec)
+		if err != nil {
+			return 0, false
+		}
+		if h == sr.FirstRecord && u.recordsEnd(b+rec, fp) && u.kernelRecord(sr, b, fp) {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+// kernelRecord checks the frame record at fp against the signal frame at
+// b: the kernel saves the interrupted frame pointer and link register in
+// both.
+func (u *unwinder) kernelRecord(sr *arch.Sigreturn, b, fp uint64) bool {
+	a := u.p.Arch
+	n := 0
+	for _, sl := range sr.Slots {
+		var at uint64
+		switch sl.Reg {
+		case a.FP:
+			at = fp
+		case a.LR:
+			at = fp + uint64(a.PtrSize)
+		default:
+			continue
+		}
+		v, err1 := u.readPtr(b + uint64(sr.Regs) + uint64(sl.Off))
+		w, err2 := u.readPtr(at)
+		if err1 != nil || err2 != nil || v != w {
+			return false
+		}
+		n++
+	}
+	return n == 2
+}
+
+// recordsEnd follows a chain of {magic, size} context records from at and
+// reports whether it reaches the terminator (both zero) below limit.
+func (u *unwinder) recordsEnd(at, limit uint64) bool {
+	for i := 0; i < 32 && at < limit; i++ {
+		h, err := u.readPtr(at)
+		if err != nil {
+			return false
+		}
+		size := h >> 32
+		if h == 0 {
+			return true
+		}
+		if size < 16 || size%16 != 0 || size > maxSigFrame {
+			return false
+		}
+		at += size
+	}
+	return false
 }
 
 // readCode reads instruction bytes at a runtime address: from the file when

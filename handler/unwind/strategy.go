@@ -76,11 +76,6 @@ func (signalStrategy) step(u *unwinder, f *frame) (state, error) {
 	if !ok {
 		return state{}, errSkip
 	}
-	if err == nil && f.cur.spApprox {
-		// The saved registers sit at a fixed offset from SP: a frame
-		// pointer step's lower bound would read them from the wrong place.
-		return state{}, errors.New("signal frame: SP is only known roughly")
-	}
 	next.raMem = true
 	return next, err
 }
@@ -112,7 +107,7 @@ func (ehabiStrategy) step(u *unwinder, f *frame) (state, error) {
 	}
 	next, err := u.ehabi(f.m, f.cur)
 	var ne *noEntry
-	if errors.As(err, &ne) && ne.cant && !f.first && !f.m.File.EHABI.MostlyCantUnwind() {
+	if errors.As(err, &ne) && ne.cant && !f.first && f.believeCantUnwind(ne.entry, ne.end) {
 		// A function without an entry of its own, in the range of an
 		// EXIDX_CANTUNWIND entry of a module built with tables (libc's
 		// thread start): believed as the entry would be.
@@ -130,11 +125,28 @@ func (ehabiStrategy) step(u *unwinder, f *frame) (state, error) {
 		switch {
 		case inStart(f.m.File.Entry&^1, lookupPC(f.cur)-f.m.Bias()):
 			f.outermost = true
-		case !f.m.File.EHABI.MostlyCantUnwind():
+		case f.believeCantUnwind(ce.start, ce.end):
 			f.cantUnwind = true
 		}
 	}
 	return next, err
+}
+
+// believeCantUnwind says whether an EXIDX_CANTUNWIND entry covering
+// [start, end) marks functions that really have no caller. In a module
+// built mostly without tables it says nothing: GNU ld covers table-less
+// code with such entries. Nor does the entry that covers the ELF entry
+// point: _start's own CANTUNWIND, which ld merges with the table-less
+// code around it (crt1.o, crti.o, the program's objects), so in a static
+// program built without tables it spans the whole program. The
+// heuristics may look past those; _start itself is still the outermost
+// frame (inStart).
+func (f *frame) believeCantUnwind(start, end uint64) bool {
+	if f.m.File.EHABI.MostlyCantUnwind() {
+		return false
+	}
+	entry := f.m.File.Entry &^ 1
+	return entry < start || entry >= end || f.m.File.Entry == 0
 }
 
 type prologueStrategy struct{}
@@ -237,6 +249,8 @@ type noEntry struct {
 	path  string
 	start uint64
 	cant  bool
+	// entry, end: the neighbour's entry, and where its cover ends.
+	entry, end uint64
 }
 
 func (e *noEntry) Error() string {
@@ -245,8 +259,8 @@ func (e *noEntry) Error() string {
 
 // cantUnwind is an EHABI entry marked EXIDX_CANTUNWIND.
 type cantUnwind struct {
-	path  string
-	start uint64
+	path       string
+	start, end uint64
 }
 
 func (e *cantUnwind) Error() string {

@@ -126,6 +126,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		o.MaxWalk = o.MaxFrames
 	}
 	u := unwinder{p: p, list: strategiesFor(p.Arch, o.NoScan), tried: map[*module.Module]bool{}, rows: map[rowKey]rowVal{}, notTramp: map[uint64]bool{}}
+	u.fp0, _ = rs.Get(p.Arch.FP)
 	var res Result
 	head := (o.MaxFrames + 1) / 2
 	tail := newRing(o.MaxFrames - head)

@@ -278,3 +278,45 @@ func TestSignalFrameToNullPC(t *testing.T) {
 		want{0, MethodSignal, TrustHigh},
 		want{caller + 0x14, MethodLR, TrustMedium})
 }
+
+// AArch64 code without tables: a frame-pointer step from the handler
+// reaches the vDSO trampoline with only a lower bound for SP. The signal
+// frame is found below the frame record the kernel put above it (the
+// handler's x29 at entry): its FP/SIMD record chains to the terminator,
+// and the interrupted x29/x30 it saved match that record. A record that
+// does not match gives no frame.
+func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
+	for _, match := range []bool{true, false} {
+		f := newFake(t, arch.AArch64)
+		const tramp, handler, victim = 0x10800, 0x10200, 0x10400
+		f.insn32(tramp, 0xd2801168) // mov x8, #139
+		f.insn32(tramp+4, 0xd4000001)
+		sp := uint64(stackBase + 0x1000)
+		next := sp + 0x2000 // the kernel's frame record
+		b := next - 4688    // struct rt_sigframe, no extra context
+		f.word(sp, next)    // the handler's record: {x29, x30}
+		f.word(sp+8, tramp)
+		f.word(b+592, 0x46508001|0x210<<32) // FPSIMD_MAGIC, 528 bytes
+		f.word(b+592+0x210, 0)              // terminator
+		regs0 := b + 128 + 176 + 8
+		f.word(regs0+29*8, 0)
+		f.word(regs0+30*8, 0x1234)
+		f.word(regs0+31*8, next+0x100)
+		f.word(regs0+32*8, victim+0x8)
+		f.word(next, 0)
+		if match {
+			f.word(next+8, 0x1234)
+		} else {
+			f.word(next+8, 0x4321)
+		}
+		var rs regs.Set
+		rs.Set(31, sp)
+		rs.Set(29, sp)
+		r := f.unwind(handler+0x10, rs, Options{NoScan: true})
+		ws := []want{{handler + 0x10, MethodContext, TrustHigh}, {tramp, MethodFP, TrustMedium}}
+		if match {
+			ws = append(ws, want{victim + 0x8, MethodSignal, TrustMedium})
+		}
+		check(t, r, ws...)
+	}
+}

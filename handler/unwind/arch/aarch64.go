@@ -56,6 +56,11 @@ var AArch64 = &Arch{
 		// Kernels place extra context (large SVE state) further on; the
 		// record then is not found and the scan refuses the address.
 		NextRecord: 128 + 176 + 288 + 4096,
+		// sigcontext's __reserved (after pstate, 16-byte aligned) starts
+		// with the FP/SIMD record: FPSIMD_MAGIC, size 528
+		// (arch/arm64/kernel/signal.c, get_sigframe and setup_return).
+		Records:     128 + 176 + 288,
+		FirstRecord: 0x46508001 | 0x210<<32,
 	}},
 	PACStrip: true,
 }

@@ -128,6 +128,13 @@ type Sigreturn struct {
 	// frame pointer and link register, where the handler's frame pointer
 	// points (AArch64).
 	NextRecord int64
+	// Records, when non-zero, finds the frame when SP is unknown (a
+	// frame-pointer step reached the trampoline): the kernel points the
+	// handler's frame pointer at a frame record it puts just above the
+	// signal frame, whose context records start at offset Records with
+	// the header word FirstRecord (magic, then size, as one word).
+	Records     int64
+	FirstRecord uint64
 }
 
 // FrameRecord is one frame-pointer convention: where the record keeps the

@@ -181,8 +181,14 @@ func pltARM(code []byte) bool {
 		return true // Thumb entry veneer: bx pc; nop (then the ARM entry)
 	}
 	w, ok := headU32(code)
-	// add ip, pc, #…, or the long form movw ip, #…
-	return ok && (w&0xFFFFF000 == 0xE28FC000 || w&0xFFF0F000 == 0xE300C000)
+	// GNU ld and lld: add ip, pc, #…, or the long form movw ip, #…
+	if ok && (w&0xFFFFF000 == 0xE28FC000 || w&0xFFF0F000 == 0xE300C000) {
+		return true
+	}
+	// mold: ldr ip, [pc, #4]; add ip, ip, pc; ldr pc, [ip]
+	return len(code) >= 12 && w == 0xE59FC004 &&
+		binary.LittleEndian.Uint32(code[4:]) == 0xE08CC00F &&
+		binary.LittleEndian.Uint32(code[8:]) == 0xE59CF000
 }
 
 func pltRISCV(code []byte) bool {

@@ -13,3 +13,19 @@ func EHFramePtr(hdr []byte, hdrAddr uint64, a Arch) (uint64, error) {
 	r := reader{b: hdr, off: 4, order: a.Order, ptr: a.PtrSize}
 	return r.encoded(hdr[1], hdrAddr, hdrAddr, nil)
 }
+
+// HdrFDECount is the number of FDEs an .eh_frame_hdr's search table lists;
+// ok is false when the header has no table. mold writes a header with an
+// empty table and an eh_frame_ptr at address 0 into programs that have no
+// .eh_frame: followed, it reads the ELF header as CFI.
+func HdrFDECount(hdr []byte, hdrAddr uint64, a Arch) (n uint64, ok bool) {
+	if len(hdr) < 4 || hdr[0] != 1 || hdr[2] == dwEHPEomit {
+		return 0, false
+	}
+	r := reader{b: hdr, off: 4, order: a.Order, ptr: a.PtrSize}
+	if _, err := r.encoded(hdr[1], hdrAddr, hdrAddr, nil); err != nil {
+		return 0, false
+	}
+	n, err := r.encoded(hdr[2], hdrAddr, hdrAddr, nil)
+	return n, err == nil
+}

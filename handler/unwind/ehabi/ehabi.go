@@ -84,6 +84,7 @@ func (t *Table) fn(i int) uint64 { return prel31(t.word(i, 0), t.exidxAddr+uint6
 // Entry is the unwinding program for one function.
 type Entry struct {
 	Start uint64 // function start (link-time address)
+	End   uint64 // the next entry's start: where this entry's cover ends
 	Ops   []byte // unwinding instructions
 }
 
@@ -95,7 +96,10 @@ func (t *Table) Lookup(pc uint64) (*Entry, error) {
 	if i < 0 {
 		return nil, ErrNoEntry
 	}
-	e := &Entry{Start: t.fn(i)}
+	e := &Entry{Start: t.fn(i), End: ^uint64(0)}
+	if i+1 < t.n {
+		e.End = t.fn(i + 1)
+	}
 	w := t.word(i, 1)
 	switch {
 	case w == 1:

@@ -68,6 +68,128 @@ func TestWrongStartIsRefused(t *testing.T) {
 	}
 }
 
+// The code between a function's start and the PC is not a straight line:
+// an epilogue and a return in the middle of a function, or an early return
+// before the frame setup (GCC's shrink-wrapping), end one path, and the
+// code after them is reached by a branch with that branch's frame.
+// (Assembled with binutils; the first is the shape of the riscv64 crash
+// fixture's main at -O2.)
+func TestPathsPastAReturn(t *testing.T) {
+	// f1: c.addi16sp -208; c.sdsp s0,192; c.sdsp ra,200; c.sdsp s1,184;
+	// bge a5,a0,.L1; c.ldsp ra; c.ldsp s0; c.ldsp s1; c.addi16sp 208;
+	// ret; .L1: nop
+	f1 := append(hw(0x7155, 0xe1a2, 0xe586, 0xfd26), words(0x00a7d763)...)
+	f1 = append(f1, hw(0x60ae, 0x640e, 0x74ea, 0x6169, 0x8082, 0x0001)...)
+	f, err := RISCV(f1, 0x1000, 0x1016)
+	if err != nil || f.Size != 208 || f.Saved[1] != -8 || f.Saved[8] != -16 || f.Saved[9] != -24 {
+		t.Errorf("after the mid-function return: %v %+v", err, f)
+	}
+	// In the epilogue, after ra's reload: ra holds the return address.
+	f, err = RISCV(f1, 0x1000, 0x100e)
+	if err != nil || f.Size != 208 || hasReg(f, 1) || f.Saved[8] != -16 {
+		t.Errorf("in the epilogue: %v %+v", err, f)
+	}
+	// f2: c.beqz a0,.L2; li a0,0; ret; .L2: addi sp,-32; sd ra,24(sp); nop
+	f2 := hw(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001)
+	f, err = RISCV(f2, 0, 10)
+	if err != nil || f.Size != 32 || f.Saved[1] != -8 {
+		t.Errorf("shrink-wrapped: %v %+v", err, f)
+	}
+	if _, err := RISCV(f2, 0, 6); !errors.Is(err, ErrNoPrologue) {
+		t.Errorf("shrink-wrapped, at the branch target: %v", err)
+	}
+	// Uncompressed: addi sp,-208; sd ra,200(sp); blt a5,a0,.L1;
+	// ld ra,200(sp); addi sp,208; jr t1 (a tail call); j .L2; .L1: nop;
+	// .L2: nop
+	f3 := words(0xf3010113, 0x0c113423, 0x00a7ca63, 0x0c813083, 0x0d010113, 0x00030067, 0x0080006f, 0x13, 0x13)
+	for _, pc := range []uint64{0x1c, 0x20} {
+		f, err = RISCV(f3, 0, pc)
+		if err != nil || f.Size != 208 || f.Saved[1] != -8 {
+			t.Errorf("uncompressed, pc %#x: %v %+v", pc, err, f)
+		}
+	}
+	// Thumb: cbz r0,1f; bx lr; 1: push {r4, r7, lr}; sub sp,#16; cmp r0,#1;
+	// it eq; popeq {r4, r7, pc}; bne.w 2f; add sp,#16; pop {r4, r7, pc};
+	// 2: nop
+	th := hw(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00)
+	f, err = ARM(th, 0, 0x16, true)
+	if err != nil || f.Size != 28 || f.Saved[14] != -4 || f.Saved[7] != -8 || f.Saved[4] != -12 {
+		t.Errorf("thumb: %v %+v", err, f)
+	}
+	f, err = ARM(th, 0, 0x14, true)
+	if err != nil || f.Size != 12 {
+		t.Errorf("thumb, before the final pop: %v %+v", err, f)
+	}
+	// A32: push {r4, fp, lr}; sub sp,#16; cmp r0,#0; bne 1f; add sp,#16;
+	// pop {r4, fp, pc}; 1: nop
+	a := words(0xe92d4810, 0xe24dd010, 0xe3500000, 0x1a000001, 0xe28dd010, 0xe8bd8810, 0xe320f000)
+	f, err = ARM(a, 0, 0x18, false)
+	if err != nil || f.Size != 28 || f.Saved[14] != -4 {
+		t.Errorf("a32: %v %+v", err, f)
+	}
+}
+
+// alloca and variable-length arrays move SP by a computed amount: the CFA
+// comes from the frame pointer the function set up before (the crash
+// fixture's with_alloca at -O2, Thumb-2 and A32).
+func TestDynamicFrame(t *testing.T) {
+	regs := func(r7, r11 uint64) func(int) (uint64, bool) {
+		return func(r int) (uint64, bool) {
+			switch r {
+			case 7:
+				return r7, true
+			case 11:
+				return r11, true
+			}
+			return 0, false
+		}
+	}
+	// push {r3-r7, lr}; adds r5, r0, #7; bic.w r3, r5, #7; add r7, sp, #0;
+	// sub.w sp, sp, r3; mov r3, sp
+	th := hw(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b)
+	f, err := ARM(th, 0, 16, true)
+	if err != nil || !f.Dynamic || f.Saved[14] != -4 || f.Saved[7] != -8 {
+		t.Fatalf("thumb: %v %+v", err, f)
+	}
+	if cfa, err := f.CFA(0x1000, regs(0x2000, 0)); err != nil || cfa != 0x2000+24 {
+		t.Errorf("thumb: CFA %#x %v, want r7+24", cfa, err)
+	}
+	// Before the sub.w, SP still gives the CFA.
+	f, _ = ARM(th, 0, 10, true)
+	if cfa, _ := f.CFA(0x1000, regs(0x1000, 0)); f.Dynamic || cfa != 0x1000+24 {
+		t.Errorf("thumb, before the alloca: %+v", f)
+	}
+	// ...; mov sp, r7 undoes it: then SP = r7.
+	th2 := append(append([]byte(nil), th...), hw(0x46bd, 0xbdf8)...)
+	f, _ = ARM(th2, 0, 18, true)
+	if f.Dynamic || f.Size != 24 {
+		t.Errorf("thumb, after mov sp, r7: %+v", f)
+	}
+	// push {r4-r7, fp, lr}; add r5, r0, #7; bic r3, r5, #7; add fp, sp, #20;
+	// sub sp, sp, r3; mov r3, sp
+	a := words(0xe92d48f0, 0xe2805007, 0xe3c53007, 0xe28db014, 0xe04dd003, 0xe1a0300d)
+	f, err = ARM(a, 0, 24, false)
+	if err != nil || !f.Dynamic || f.Saved[14] != -4 || f.Saved[11] != -8 {
+		t.Fatalf("a32: %v %+v", err, f)
+	}
+	if cfa, err := f.CFA(0x1000, regs(0, 0x2000)); err != nil || cfa != 0x2000+4 {
+		t.Errorf("a32: CFA %#x %v, want fp+4", cfa, err)
+	}
+	// A computed SP without a frame pointer: no CFA.
+	f, err = ARM(hw(0xb580, 0xebad, 0x0d03), 0, 6, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CFA(0x1000, regs(0, 0)); err == nil {
+		t.Errorf("no frame pointer: a CFA from %+v", f)
+	}
+}
+
+func hasReg(f *Frame, r int) bool {
+	_, ok := f.Saved[r]
+	return ok
+}
+
 func TestRISCV(t *testing.T) {
 	// c.addi16sp sp, -64; c.sdsp ra, 56(sp); c.sdsp s0, 48(sp)
 	code := hw(0x7139, 0xfc06, 0xf822)
@@ -90,6 +212,9 @@ func FuzzAnalyzers(f *testing.F) {
 	f.Add(hw(0xb580, 0xb0a4), true)
 	f.Add(words(0xe92d4810, 0xe24dd010), false)
 	f.Add(hw(0x7139, 0xfc06), true)
+	f.Add(hw(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b, 0x46bd, 0xbdf8), true)
+	f.Add(hw(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001), false)
+	f.Add(hw(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00), true)
 	f.Fuzz(func(t *testing.T, code []byte, thumb bool) {
 		ARM(code, 0, uint64(len(code)), thumb)
 		RISCV(code, 0, uint64(len(code)))
