@@ -82,6 +82,23 @@ func TestMatrixFigures(t *testing.T) {
 	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
 		os.WriteFile(p, []byte(b.String()), 0o644)
 	}
+	// musl (issue 16): the rows must not fall below what they reached,
+	// and low-trust frames may be wrong in at most 2% of the crashes.
+	var crashes, wrong int
+	for name, fl := range fixture.MuslFloors {
+		fig := rows[name]
+		if fig == nil || fig.Crashes == 0 {
+			continue // not built here, or not in this run
+		}
+		if fl.Below(fig) {
+			t.Errorf("%s: %d/%d frames equal, below the %d/%d it reached", name, fig.Equal, fig.Want, fl.Equal, fl.Want)
+		}
+		crashes += fig.Crashes
+		wrong += fig.WrongCrashes()
+	}
+	if wrong*50 > crashes {
+		t.Errorf("musl: %d of %d crashes have a wrong frame, over 2%%", wrong, crashes)
+	}
 }
 
 func matrixScenarios(dir, variant string) []string {
@@ -141,4 +158,37 @@ func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario
 	t.Logf("gdb does not follow the known chain %v; counting against it: %v by %v (stop %s: %s)",
 		fixture.KnownChains[scenario], names, meth, th.StopReason, th.StopDetail)
 	return fig.AddChain(name, got, names, fixture.KnownChains[scenario])
+}
+
+// TestMuslThreadsThroughLibc: the threads of the musl "threads" crash
+// that are parked in libc (pthread_cond_wait, pause) have no table from
+// frame 0 to their start routine. On AArch64 static, where gdb walks them
+// with the unstripped symbols, every one must equal gdb's walk to its
+// end: through __timedwait_cp, pthread_cond_timedwait (reached through
+// the jumps of __syscall_cp and pthread_cond_wait), the program's
+// functions and musl's thread start, with no frame skipped.
+func TestMuslThreadsThroughLibc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
+	dir := fixture.Build(t, "aarch64")
+	b := fixture.Binary{Arch: "aarch64", Variant: "gcc-bfd-default-static-musl", Prog: "crash", Dir: dir}
+	if _, err := os.Stat(b.Stripped()); err != nil {
+		t.Skipf("not built here: %v", err)
+	}
+	got, want := matrixCase(t, b, "threads")
+	if want == nil {
+		t.Skip("no gdb walk of this core")
+	}
+	fixture.ComparePrefix(t, got, want)
+	for _, wt := range want.Threads {
+		if wt.Crashed {
+			continue
+		}
+		for _, th := range got.Threads {
+			if th.TID == wt.TID && len(th.Frames) < len(wt.Frames) {
+				t.Errorf("thread %d: %d frames, gdb walks %d (stop %s: %s)", th.TID, len(th.Frames), len(wt.Frames), th.StopReason, th.StopDetail)
+			}
+		}
+	}
 }

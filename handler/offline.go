@@ -179,10 +179,13 @@ func (c *crash) offlineModules(o OfflineOptions) error {
 // r_debug, whose r_map chains one link_map {l_addr, l_name, l_ld, l_next,
 // l_prev} per loaded object (glibc's <link.h>; musl's is the same).
 func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Module, error) {
-	var dyn *elf.Prog
+	var dyn, interp *elf.Prog
 	for _, p := range ef.Progs {
-		if p.Type == elf.PT_DYNAMIC {
+		switch p.Type {
+		case elf.PT_DYNAMIC:
 			dyn = p
+		case elf.PT_INTERP:
+			interp = p
 		}
 	}
 	if dyn == nil {
@@ -224,6 +227,12 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		}
 		lm = next
 		name := readCString(c.mem, lname, 4096)
+		if name == "" && interp != nil && lname == interp.Vaddr+bias {
+			// musl names itself by the program's PT_INTERP string, in a
+			// read-only page of the program that qemu-user cores leave
+			// out: the file has it.
+			name = interpPath(interp)
+		}
 		// The first entry is the program itself: glibc names it "", musl
 		// by the path it was run as.
 		if n == 0 || name == "" || !strings.HasPrefix(name, "/") {
@@ -243,6 +252,19 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 		mods = append(mods, m)
 	}
 	return mods, nil
+}
+
+// interpPath reads the program interpreter's path from its PT_INTERP
+// segment, "" when it cannot.
+func interpPath(p *elf.Prog) string {
+	b, err := p.Data()
+	if err != nil || len(b) > 4096 {
+		return ""
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }
 
 func readCString(mem io.ReaderAt, addr uint64, max int) string {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -48,5 +49,45 @@ func TestOfflineSyntheticCore(t *testing.T) {
 				t.Errorf("%s: thread %d: %+v", tc.mode, i, th)
 			}
 		}
+	}
+}
+
+// A qemu-user core has no NT_FILE: the libraries come from the dynamic
+// linker's link_map. musl's loader (its libc) names itself by the
+// program's PT_INTERP string, in a read-only page of the program that
+// such cores leave out; it must still be placed, from the program's file,
+// or every frame in libc is in no module.
+func TestOfflineMuslLoaderFromInterp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-built fixtures: not in -short")
+	}
+	for arch, loader := range map[string]string{"aarch64": "/lib/ld-musl-aarch64.so.1", "arm": "/lib/ld-musl-armhf.so.1"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := fixture.Build(t, arch)
+			b := fixture.Binary{Arch: arch, Variant: "gcc-bfd-default-dynamic-musl", Prog: "crash", Dir: dir}
+			if _, err := os.Stat(b.Stripped()); err != nil {
+				t.Skipf("not built here: %v", err)
+			}
+			core, kernel := fixture.Core(t, b, "raise")
+			if kernel {
+				t.Skip("a kernel core has NT_FILE")
+			}
+			got, err := Offline(OfflineOptions{CoreFile: core, Exe: b.Stripped(), Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			th := got.Crashed()
+			if th == nil || len(th.Frames) == 0 {
+				t.Fatalf("no crashed thread: %+v", got.Errors)
+			}
+			// raise is in libc: frame 0 must be in the loader's module.
+			if m := th.Frames[0].Module; m < 0 || got.Modules[m].Path != loader {
+				var paths []string
+				for _, m := range got.Modules {
+					paths = append(paths, m.Path)
+				}
+				t.Errorf("frame 0 in module %d, want %s among %q (errors %q)", m, loader, paths, got.Errors)
+			}
+		})
 	}
 }

@@ -74,6 +74,12 @@ func (f *File) execSegment() (seg, bool) {
 	return seg{}, false
 }
 
+// Code returns the file address and size of the executable segment.
+func (f *File) Code() (vaddr, size uint64, ok bool) {
+	s, ok := f.execSegment()
+	return s.Vaddr, s.Filesz, ok
+}
+
 // HasUnwindInfo reports whether the file has any unwind table.
 func (f *File) HasUnwindInfo() bool {
 	return f.EHFrame != nil || f.DebugFrame != nil || len(f.Exidx) > 0

@@ -1,9 +1,9 @@
 package unwind
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
@@ -27,8 +27,10 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 		thumb = ra&1 != 0
 		ra &^= 1
 	}
-	mi, m := u.module(ra)
-	if mi < 0 || !m.InCode(ra) {
+	// The call is in code, the address after it may not be: a noreturn
+	// call as the last instruction of a segment returns past its end.
+	mi, m := u.module(ra - 1)
+	if mi < 0 || !m.InCode(ra-1) {
 		if u.isTrampoline(ra) {
 			return arch.Call{Direct: true}, nil
 		}
@@ -77,45 +79,133 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 			return c, nil
 		}
 	}
+	site := ra - uint64(c.Size)
+	err := u.reaches(tmod, tm != cm, site, c.Target, pc)
+	if err == nil || a.TailBranch == nil {
+		return c, err
+	}
+	// A function that only passes its arguments on jumps to another
+	// (musl's __syscall_cp to __syscall_cp_c, pthread_cond_wait to
+	// pthread_cond_timedwait): the call reaches the jump's target too,
+	// and that is the callee whose PC this is.
+	t := c.Target
+	for i := 0; i < maxTail; i++ {
+		code := make([]byte, arch.MaxTailCode)
+		if u.readCode(tmod, t, code) != nil {
+			break
+		}
+		next, ok := a.TailBranch(code, t)
+		if !ok || module.Find(u.p.Modules, next) != tm {
+			break
+		}
+		if u.reaches(tmod, tm != cm, site, next, pc) == nil {
+			c.Target = next
+			return c, nil
+		}
+		t = next
+	}
+	return c, err
+}
+
+// maxTail bounds the jumps followed from a call's target.
+const maxTail = 2
+
+// reaches says why a direct call from site to target cannot have led to
+// pc (nil when it can): target in another module, above the pc, the call
+// site between the two, or a known function start between them.
+func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, pc uint64) error {
 	switch {
-	case tm != cm:
-		return c, fmt.Errorf("the call at %#x targets %#x, another module than the pc", ra-uint64(c.Size), c.Target)
-	case c.Target > pc:
-		return c, fmt.Errorf("the call at %#x targets %#x, above the pc", ra-uint64(c.Size), c.Target)
-	case ra-uint64(c.Size) >= c.Target && ra-uint64(c.Size) <= pc:
-		return c, fmt.Errorf("the call at %#x lies between its target and the pc", ra-uint64(c.Size))
+	case otherModule:
+		return fmt.Errorf("the call at %#x targets %#x, another module than the pc", site, target)
+	case target > pc:
+		return fmt.Errorf("the call at %#x targets %#x, above the pc", site, target)
+	case site >= target && site <= pc:
+		return fmt.Errorf("the call at %#x lies between its target and the pc", site)
 	}
 	if tmod.File != nil {
 		b := tmod.Bias()
-		if s, ok := tmod.File.StartBefore(pc - b); ok && s > c.Target-b {
-			return c, fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, c.Target)
+		if s, ok := tmod.File.StartBefore(pc - b); ok && s > target-b {
+			return fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, target)
+		}
+		if s, ok := u.targetBefore(tmod.File, pc-b); ok && s > target-b {
+			return fmt.Errorf("a call targets %#x, between the call's target %#x and the pc", s+b, target)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// Bounds of the sweep for call targets: code segments above maxSweep are
+// not swept, and code is read sweepChunk bytes at a time.
+const (
+	maxSweep   = 32 << 20
+	sweepChunk = 64 << 10
+)
+
+// targetBefore returns the highest direct-call target at or below the file
+// address vaddr in f's code. Every direct call names a function start, so
+// in a stripped file without symbols or tables (musl's libc, static
+// programs built with it) these are the starts call-site validation has:
+// without them, a return address whose call targets any function below
+// the PC would reach it, and a scan would skip the frames of functions
+// that tail-called on (musl's __syscall_cp, pthread_cond_wait).
+func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
+	t, ok := u.p.targets[f]
+	if !ok {
+		t = callTargets(u.p.Arch, f)
+		if u.p.targets == nil {
+			u.p.targets = map[*module.File][]uint64{}
+		}
+		u.p.targets[f] = t
+	}
+	i := sort.Search(len(t), func(i int) bool { return t[i] > vaddr }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return t[i], true
+}
+
+// callTargets sweeps f's executable segment for direct calls and returns
+// their targets inside the segment, sorted. Data in code may decode as a
+// call: its target lands in the segment by chance only, and a false start
+// makes validation refuse more, never accept more.
+func callTargets(a *arch.Arch, f *module.File) []uint64 {
+	start, size, ok := f.Code()
+	if !ok || a.CallTargets == nil || size > maxSweep {
+		return nil
+	}
+	seen := map[uint64]bool{}
+	emit := func(t uint64) {
+		if t >= start && t-start < size {
+			seen[t] = true
+		}
+	}
+	buf := make([]byte, arch.MaxCallSize+sweepChunk)
+	for off := uint64(0); off < size; off += sweepChunk {
+		// Each chunk starts MaxCallSize bytes early (a multiple of every
+		// alignment), so that a call across the boundary is seen.
+		lo := off - min(off, arch.MaxCallSize)
+		hi := min(off+sweepChunk, size)
+		code := buf[:hi-lo]
+		if f.ReadCode(start+lo, code) != nil {
+			continue
+		}
+		a.CallTargets(code, start+lo, emit)
+	}
+	out := make([]uint64, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // isTrampoline reports whether code at pc is a signal-return trampoline.
 func (u *unwinder) isTrampoline(pc uint64) bool {
-	a := u.p.Arch
-	if u.notTramp[pc] {
-		return false
-	}
 	mi, m := u.module(pc)
 	if mi < 0 {
 		m = nil
 	}
-	for i := range a.Sigreturns {
-		sr := &a.Sigreturns[i]
-		code := make([]byte, len(sr.Code))
-		if u.readCode(m, pc, code) == nil && bytes.Equal(code, sr.Code) {
-			return true
-		}
-	}
-	if len(u.notTramp) >= 4096 {
-		clear(u.notTramp)
-	}
-	u.notTramp[pc] = true
-	return false
+	return u.trampoline(m, pc) != nil
 }
 
 // Scan bounds: how far above SP a return address is looked for, and how
@@ -140,6 +230,7 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 	sp = (sp + ps - 1) &^ (ps - 1)
 	buf := make([]byte, scanChunk)
 	var rejected int
+	var guess *state // the first word that passed, unconfirmed
 	for off := uint64(0); off < maxScan; off += scanChunk {
 		n, _ := u.p.Mem.ReadAt(buf, int64(sp+off))
 		if n < int(ps) {
@@ -156,7 +247,11 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 			if w < a.MinInsn {
 				continue
 			}
-			if module.Find(u.p.Modules, w&^1) < 0 && !u.isTrampoline(w&^1) {
+			at := w // the code address: ARM's carries the state in bit 0
+			if a.ThumbBit {
+				at &^= 1
+			}
+			if module.Find(u.p.Modules, at) < 0 && !u.isTrampoline(at) {
 				// Not code, unless a signal trampoline outside every
 				// module ([sigpage], qemu-user's sigtramp page).
 				continue
@@ -167,6 +262,24 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				continue
 			}
 			slot := sp + off + uint64(i)
+			sigSP, err := u.scannedSigframe(at, slot)
+			if err != nil && !a.RASlotTop {
+				// The handler's return address, most likely, and the
+				// words above it the signal frame's saved registers:
+				// taking one of those would skip the frames between.
+				return state{}, fmt.Errorf("at %#x: %w", slot, err)
+			}
+			if err != nil {
+				rejected++
+				continue
+			}
+			if sigSP != 0 {
+				// The signal frame is placed: the trampoline's SP is
+				// known exactly, whatever the architecture's frames.
+				next := state{pc: w, raMem: true}
+				next.rs.Set(a.SP, sigSP)
+				return next, nil
+			}
 			next, ok, err := u.confirm(c, cur, slot)
 			if err != nil {
 				rejected++
@@ -179,16 +292,26 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				rejected++
 				continue
 			}
-			next = state{}
-			next.pc = w
-			next.rs.Set(a.SP, slot+ps)
-			next.spApprox = !a.RASlotTop
-			next.raMem = true
-			return next, nil
+			if guess != nil {
+				continue
+			}
+			guess = &state{pc: w, spApprox: !a.RASlotTop, raMem: true}
+			guess.rs.Set(a.SP, slot+ps)
+			if a.Prologue == nil {
+				return *guess, nil
+			}
+			// A prologue-confirmed word further up would say where the
+			// callee saved its return address: everything below that
+			// slot is the callee's own frame, this word a stale one
+			// (a return address left by an earlier call through a
+			// pointer, which nothing can check). Look on for one.
 		}
 		if n < len(buf) {
 			break
 		}
+	}
+	if guess != nil {
+		return *guess, nil
 	}
 	return state{}, fmt.Errorf("no return address in %d bytes above SP (%d code addresses failed call-site validation)", maxScan, rejected)
 }
@@ -224,4 +347,90 @@ func (u *unwinder) confirm(c arch.Call, cur state, slot uint64) (state, bool, er
 	next.via = MethodPrologue
 	next.raMem = true
 	return next, true, nil
+}
+
+// scannedSigframe checks a return address ra found at slot by the scan,
+// when ra is a signal trampoline's: the kernel left it as the handler's
+// return address, and the signal frame lies just above it. Stale copies
+// are common below a live frame (musl's sigaction hands the restorer to
+// the kernel in a struct on the stack), and a walk through a stale one
+// reads a signal frame out of garbage: the frame must hold an interrupted
+// context that makes sense, a stack pointer to memory and a PC in code.
+// It returns the SP at the trampoline (the signal frame's start), 0 when
+// ra is no trampoline's.
+//
+// Where the return address is saved at the bottom of a frame (AArch64),
+// the signal frame is placed from the frame record instead: the handler
+// saved {x29, x30} with x30 the trampoline and x29 the record the kernel
+// put after the signal frame (sr.NextRecord), which repeats the
+// interrupted x29 and x30. Without that agreement the address is refused:
+// the words above it are the signal frame's saved registers, not return
+// addresses.
+func (u *unwinder) scannedSigframe(ra, slot uint64) (uint64, error) {
+	a := u.p.Arch
+	mi, m := u.module(ra)
+	if mi < 0 {
+		m = nil
+	}
+	sr := u.trampoline(m, ra)
+	if sr == nil {
+		return 0, nil
+	}
+	ps := uint64(a.PtrSize)
+	sigSP := slot + ps
+	var rec uint64
+	if !a.RASlotTop {
+		// The context records between the frame and the kernel's record
+		// place it (sigFrameBelowFP), from the x29 saved beside the
+		// address or the thread's own; else the record's fixed offset
+		// after a frame without extra context.
+		saved, err := u.readPtr(slot - ps)
+		if err != nil {
+			return 0, err
+		}
+		var probe state
+		probe.rs.Set(a.SP, slot+ps)
+		if saved != 0 {
+			probe.rs.Set(a.FP, saved)
+		}
+		if s, ok := u.sigFrameBelowFP(sr, probe); ok {
+			sigSP = s
+		} else {
+			if sr.NextRecord == 0 {
+				return 0, errors.New("a signal trampoline's address, but not where its signal frame is")
+			}
+			rec = saved
+			sigSP = rec - uint64(sr.NextRecord)
+			if rec < uint64(sr.NextRecord) || sigSP <= slot || sigSP%16 != 0 {
+				return 0, fmt.Errorf("signal frame above %#x: the handler's frame record does not point past it", slot)
+			}
+		}
+	}
+	ctx, err := u.sigframe(sr, sigSP)
+	if err != nil {
+		return 0, err
+	}
+	sp, _ := ctx.rs.Get(a.SP)
+	var b [1]byte
+	if sp == 0 || sp%ps != 0 {
+		return 0, fmt.Errorf("signal frame above %#x: no plausible stack pointer", slot)
+	}
+	if _, err := u.p.Mem.ReadAt(b[:], int64(sp)); err != nil {
+		return 0, fmt.Errorf("signal frame above %#x: the stack pointer %#x is not in memory", slot, sp)
+	}
+	// The module is loaded first: without its file, NT_FILE's mappings
+	// say nothing of what is code.
+	if pm, pmod := u.module(ctx.pc); pm < 0 || !pmod.InCode(ctx.pc) {
+		return 0, fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
+	}
+	if rec != 0 {
+		fp, err1 := u.readPtr(rec)
+		lr, err2 := u.readPtr(rec + ps)
+		cfp, _ := ctx.rs.Get(a.FP)
+		clr, _ := ctx.rs.Get(a.LR)
+		if err1 != nil || err2 != nil || fp != cfp || lr != clr {
+			return 0, fmt.Errorf("signal frame at %#x: the record after it does not repeat the interrupted frame pointer and link register", sigSP)
+		}
+	}
+	return sigSP, nil
 }

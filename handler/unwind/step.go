@@ -414,57 +414,73 @@ func (u *unwinder) frameRecord(f *frame, rec arch.FrameRecord, fp, sp uint64) (s
 // sigreturn recognises a signal trampoline by its instruction bytes and
 // recovers the interrupted registers from the kernel's signal frame.
 func (u *unwinder) sigreturn(m *module.Module, cur state) (state, bool, error) {
-	a := u.p.Arch
-	if u.notTramp[cur.pc] {
+	sr := u.trampoline(m, cur.pc)
+	if sr == nil {
 		return state{}, false, nil
+	}
+	sp, ok := cur.rs.Get(u.p.Arch.SP)
+	if !ok {
+		return state{}, true, &stepError{StopMemory, "no stack pointer at the signal frame"}
+	}
+	if cur.spApprox {
+		// The saved registers sit at a fixed offset from SP: a frame
+		// pointer step's lower bound would read them from the wrong
+		// place. The kernel's frame record above the frame finds it.
+		if sp, ok = u.sigFrameBelowFP(sr, cur); !ok {
+			return state{}, true, errors.New("signal frame: SP is only known roughly")
+		}
+	}
+	next, err := u.sigframe(sr, sp)
+	return next, true, err
+}
+
+// trampoline returns the signal-return trampoline whose code is at pc, nil
+// when there is none; m is the module holding pc, nil outside every module.
+func (u *unwinder) trampoline(m *module.Module, pc uint64) *arch.Sigreturn {
+	a := u.p.Arch
+	if u.notTramp[pc] {
+		return nil
 	}
 	for i := range a.Sigreturns {
 		sr := &a.Sigreturns[i]
 		code := make([]byte, len(sr.Code))
-		if err := u.readCode(m, cur.pc, code); err != nil || !bytes.Equal(code, sr.Code) {
-			continue
+		if err := u.readCode(m, pc, code); err == nil && bytes.Equal(code, sr.Code) {
+			return sr
 		}
-		sp, ok := cur.rs.Get(a.SP)
-		if !ok {
-			return state{}, true, &stepError{StopMemory, "no stack pointer at the signal frame"}
-		}
-		if cur.spApprox {
-			// The saved registers sit at a fixed offset from SP: a frame
-			// pointer step's lower bound would read them from the wrong
-			// place. The kernel's frame record above the frame finds it.
-			if sp, ok = u.sigFrameBelowFP(sr, cur); !ok {
-				return state{}, true, errors.New("signal frame: SP is only known roughly")
-			}
-		}
-		base := sp + uint64(sr.Regs)
-		var next state
-		next.exact = true
-		for _, sl := range sr.Slots {
-			v, err := u.readPtr(base + uint64(sl.Off))
-			if err != nil {
-				return state{}, true, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
-			}
-			next.rs.Set(sl.Reg, v)
-		}
-		pc, err := u.readPtr(base + uint64(sr.PCSlot))
-		if err != nil {
-			return state{}, true, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
-		}
-		next.pc = pc
-		if sr.CPSRSlot != 0 {
-			cpsr, err := u.readPtr(base + uint64(sr.CPSRSlot))
-			if err == nil {
-				next.thumb = cpsr&arch.CPSRThumb != 0
-			}
-			next.pc &^= 1
-		}
-		return next, true, nil
 	}
 	if len(u.notTramp) >= 4096 {
 		clear(u.notTramp)
 	}
-	u.notTramp[cur.pc] = true
-	return state{}, false, nil
+	u.notTramp[pc] = true
+	return nil
+}
+
+// sigframe reads the registers a signal interrupted from the kernel's
+// signal frame, for the trampoline sr reached with the stack pointer sp.
+func (u *unwinder) sigframe(sr *arch.Sigreturn, sp uint64) (state, error) {
+	base := sp + uint64(sr.Regs)
+	var next state
+	next.exact = true
+	for _, sl := range sr.Slots {
+		v, err := u.readPtr(base + uint64(sl.Off))
+		if err != nil {
+			return state{}, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
+		}
+		next.rs.Set(sl.Reg, v)
+	}
+	pc, err := u.readPtr(base + uint64(sr.PCSlot))
+	if err != nil {
+		return state{}, &stepError{StopMemory, fmt.Sprintf("signal frame at %#x: %v", base, err)}
+	}
+	next.pc = pc
+	if sr.CPSRSlot != 0 {
+		cpsr, err := u.readPtr(base + uint64(sr.CPSRSlot))
+		if err == nil {
+			next.thumb = cpsr&arch.CPSRThumb != 0
+		}
+		next.pc &^= 1
+	}
+	return next, nil
 }
 
 // maxSigFrame bounds the search for a signal frame below the frame record

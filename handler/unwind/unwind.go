@@ -64,6 +64,9 @@ type Process struct {
 	// File is nil and Err unset: files are opened only for modules a PC
 	// falls in.
 	Load func(m *module.Module)
+
+	// targets caches each file's direct-call targets (callTargets).
+	targets map[*module.File][]uint64
 }
 
 // Options bound one thread's walk.

@@ -34,6 +34,8 @@ var AArch64 = &Arch{
 	FrameRecords: []FrameRecord{{Name: "aapcs64", PrevFP: 0, RA: 8, CallerSP: 16}},
 	Call:         callAArch64,
 	PLT:          pltAArch64,
+	CallTargets:  sweepAArch64,
+	TailBranch:   tailAArch64,
 	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      4,
 	Sigreturns: []Sigreturn{{
@@ -47,6 +49,13 @@ var AArch64 = &Arch{
 		Regs:   128 + 176 + 8,
 		Slots:  []Slot{{0, 0}, {1, 8}, {2, 16}, {3, 24}, {4, 32}, {5, 40}, {6, 48}, {7, 56}, {8, 64}, {9, 72}, {10, 80}, {11, 88}, {12, 96}, {13, 104}, {14, 112}, {15, 120}, {16, 128}, {17, 136}, {18, 144}, {19, 152}, {20, 160}, {21, 168}, {22, 176}, {23, 184}, {24, 192}, {25, 200}, {26, 208}, {27, 216}, {28, 224}, {29, 232}, {30, 240}, {31, 248}}, // x0–x30, then sp
 		PCSlot: 32 * 8,
+		// setup_return() points x29 at user->next_frame, the {fp, lr}
+		// record after struct rt_sigframe: siginfo (128) and a ucontext
+		// of 4560 bytes (uc_mcontext at 176: fault_address, regs[31],
+		// sp, pc, pstate, then __reserved[4096] at 16-byte alignment).
+		// Kernels place extra context (large SVE state) further on; the
+		// record then is not found and the scan refuses the address.
+		NextRecord: 128 + 176 + 288 + 4096,
 		// sigcontext's __reserved (after pstate, 16-byte aligned) starts
 		// with the FP/SIMD record: FPSIMD_MAGIC, size 528
 		// (arch/arm64/kernel/signal.c, get_sigframe and setup_return).

@@ -48,6 +48,18 @@ type Arch struct {
 	// call's target that jumps on to another function).
 	Call CallBefore
 	PLT  func(code []byte) bool
+	// CallTargets sweeps code (at file address vaddr) for direct calls
+	// and emits their targets: function starts, which call-site
+	// validation uses where a stripped file names none. nil where such a
+	// sweep finds too many false calls (ARM: A32 and Thumb mixed, with no
+	// mapping symbols left to tell them apart).
+	CallTargets func(code []byte, vaddr uint64, emit func(target uint64))
+	// TailBranch decodes the start of a function at address at (code
+	// holds MaxTailCode bytes there) and returns the target of the direct
+	// jump it begins with, after at most a few instructions that do not
+	// branch: a function that only passes its arguments on. nil where
+	// not decoded.
+	TailBranch func(code []byte, at uint64) (uint64, bool)
 
 	// RASlotTop says compilers save the return address at the top of a
 	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the
@@ -111,6 +123,11 @@ type Sigreturn struct {
 	// CPSRSlot, when non-zero, is the offset of the saved status word whose
 	// bit 5 is the interrupted code's Thumb state (ARM32).
 	CPSRSlot int64
+	// NextRecord, when non-zero, is the offset from SP to the frame record
+	// the kernel puts after the signal frame, holding the interrupted
+	// frame pointer and link register, where the handler's frame pointer
+	// points (AArch64).
+	NextRecord int64
 	// Records, when non-zero, finds the frame when SP is unknown (a
 	// frame-pointer step reached the trampoline): the kernel points the
 	// handler's frame pointer at a frame record it puts just above the

@@ -1,6 +1,9 @@
 package arch
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // Call is the call instruction found just before a return address.
 type Call struct {
@@ -208,4 +211,133 @@ func headU32(b []byte) (uint32, bool) {
 		return 0, false
 	}
 	return binary.LittleEndian.Uint32(b), true
+}
+
+// MaxTailCode is the most bytes a TailBranch decoder looks at.
+const MaxTailCode = 16
+
+// tailAArch64 finds B imm26 among the first four instructions, none of
+// them a branch, call, return or system instruction before it (Arm ARM
+// C4.1: the "branches, exception generating and system instructions"
+// encoding group is op0 = 101x).
+func tailAArch64(code []byte, at uint64) (uint64, bool) {
+	for i := 0; i+4 <= len(code) && i < 16; i += 4 {
+		w := binary.LittleEndian.Uint32(code[i:])
+		if w&0xFC000000 == 0x14000000 { // B imm26
+			return uint64(int64(at) + int64(i) + sext(uint64(w&0x03FFFFFF), 26)*4), true
+		}
+		if w>>26&0x7 == 0x5 {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// tailRISCV finds J (JAL x0) or C.J among the first four instructions,
+// none of them another control transfer (RISC-V unprivileged ISA §2.5,
+// §16.4).
+func tailRISCV(code []byte, at uint64) (uint64, bool) {
+	i := 0
+	for n := 0; n < 4 && i+2 <= len(code); n++ {
+		h := binary.LittleEndian.Uint16(code[i:])
+		if h&3 != 3 { // compressed
+			switch {
+			case h&0xE003 == 0xA001: // C.J
+				imm := uint64(h>>12&1)<<11 | uint64(h>>11&1)<<4 | uint64(h>>9&3)<<8 | uint64(h>>8&1)<<10 |
+					uint64(h>>7&1)<<6 | uint64(h>>6&1)<<7 | uint64(h>>3&7)<<1 | uint64(h>>2&1)<<5
+				return uint64(int64(at) + int64(i) + sext(imm, 12)), true
+			case h&0xC003 == 0xC001, // C.BEQZ, C.BNEZ
+				h&0xE07F == 0x8002 && h>>7&0x1F != 0, // C.JR
+				h&0xF07F == 0x9002 && h>>7&0x1F != 0, // C.JALR
+				h == 0x9002:                          // C.EBREAK
+				return 0, false
+			}
+			i += 2
+			continue
+		}
+		if i+4 > len(code) {
+			return 0, false
+		}
+		w := binary.LittleEndian.Uint32(code[i:])
+		switch w & 0x7F {
+		case 0x6F: // JAL
+			if w>>7&0x1F != 0 {
+				return 0, false // a call, not a jump
+			}
+			imm := uint64(w>>31&1)<<20 | uint64(w>>21&0x3FF)<<1 | uint64(w>>20&1)<<11 | uint64(w>>12&0xFF)<<12
+			return uint64(int64(at) + int64(i) + sext(imm, 21)), true
+		case 0x63, 0x67, 0x73: // branches, JALR, SYSTEM
+			return 0, false
+		}
+		i += 4
+	}
+	return 0, false
+}
+
+// tailX86 finds JMP rel32 or rel8 as the first instruction, after an
+// optional ENDBR64 and at most three register-to-register MOV or XOR
+// (with or without REX.W: argument shuffles and zeroing).
+func tailX86(code []byte, at uint64) (uint64, bool) {
+	i := 0
+	if len(code) >= 4 && code[0] == 0xF3 && code[1] == 0x0F && code[2] == 0x1E && code[3] == 0xFA {
+		i = 4
+	}
+	for n := 0; n <= 3 && i < len(code); n++ {
+		switch code[i] {
+		case 0xE9:
+			if i+5 > len(code) {
+				return 0, false
+			}
+			rel := int32(binary.LittleEndian.Uint32(code[i+1:]))
+			return uint64(int64(at) + int64(i) + 5 + int64(rel)), true
+		case 0xEB:
+			if i+2 > len(code) {
+				return 0, false
+			}
+			return uint64(int64(at) + int64(i) + 2 + int64(int8(code[i+1]))), true
+		}
+		j := i
+		if code[j]&0xF0 == 0x40 { // REX
+			j++
+		}
+		if j+2 > len(code) || (code[j] != 0x89 && code[j] != 0x31 && code[j] != 0x8B) || code[j+1]>>6 != 3 {
+			return 0, false
+		}
+		i = j + 2
+	}
+	return 0, false
+}
+
+// Direct-call sweeps: every position a call may start at (x86_64: any
+// byte; AArch64: every word; RISC-V: every halfword, for the C
+// extension). Their targets are function starts.
+
+func sweepX86(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+5 <= len(code); i++ {
+		j := bytes.IndexByte(code[i:len(code)-4], 0xE8)
+		if j < 0 {
+			return
+		}
+		i += j
+		if rel := int32(binary.LittleEndian.Uint32(code[i+1:])); rel != 0 { // call +0 reads the PC
+			emit(uint64(int64(vaddr) + int64(i) + 5 + int64(rel)))
+		}
+	}
+}
+
+func sweepAArch64(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 4 {
+		if w := binary.LittleEndian.Uint32(code[i:]); w&0xFC000000 == 0x94000000 {
+			emit(uint64(int64(vaddr) + int64(i) + sext(uint64(w&0x03FFFFFF), 26)*4))
+		}
+	}
+}
+
+func sweepRISCV(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 2 {
+		if w := binary.LittleEndian.Uint32(code[i:]); w&0xFFF == 0x0EF {
+			imm := uint64(w>>31&1)<<20 | uint64(w>>21&0x3FF)<<1 | uint64(w>>20&1)<<11 | uint64(w>>12&0xFF)<<12
+			emit(uint64(int64(vaddr) + int64(i) + sext(imm, 21)))
+		}
+	}
 }

@@ -97,3 +97,39 @@ func TestPLT(t *testing.T) {
 		}
 	}
 }
+
+// A function that only passes its arguments on starts with a few
+// instructions and a direct jump: musl's pthread_cond_wait (AArch64: mov
+// x2, #0; b pthread_cond_timedwait), __syscall_cp (b sccp).
+func TestTailBranch(t *testing.T) {
+	pad := func(b []byte) []byte { return append(b, make([]byte, MaxTailCode)...)[:MaxTailCode] }
+	for _, tc := range []struct {
+		name   string
+		dec    func([]byte, uint64) (uint64, bool)
+		code   []byte
+		ok     bool
+		target uint64
+	}{
+		{"a64 mov; b", tailAArch64, w32(0xd2800002, 0x14000040), true, 0x1104},
+		{"a64 b back", tailAArch64, w32(0x17fffff0), true, 0x1000 - 0x40},
+		{"a64 bl first", tailAArch64, w32(0x94000040, 0x14000040), false, 0},
+		{"a64 ret first", tailAArch64, w32(0xd65f03c0, 0x14000040), false, 0},
+		{"a64 no jump", tailAArch64, w32(0xd2800002, 0xd2800003, 0xd2800004, 0xd2800005), false, 0},
+		{"rv c.li; j", tailRISCV, append(h16(0x4601), w32(0x0200006f)...), true, 0x1022},
+		{"rv c.j", tailRISCV, h16(0xa801), true, 0x1010},
+		{"rv jal ra first", tailRISCV, w32(0x000000ef, 0x0200006f), false, 0},
+		{"rv c.jr first", tailRISCV, h16(0x8082, 0xa801), false, 0},
+		{"x86 xor; jmp", tailX86, []byte{0x31, 0xd2, 0xe9, 0x00, 0x01, 0x00, 0x00}, true, 0x1107},
+		{"x86 endbr64; jmp rel8", tailX86, []byte{0xf3, 0x0f, 0x1e, 0xfa, 0xeb, 0x10}, true, 0x1016},
+		{"x86 rex mov; jmp", tailX86, []byte{0x48, 0x89, 0xf7, 0xeb, 0xfe}, true, 0x1003},
+		{"x86 push first", tailX86, []byte{0x55, 0xe9, 0, 0, 0, 0}, false, 0},
+		{"x86 mov from memory", tailX86, []byte{0x8b, 0x07, 0xe9, 0, 0, 0, 0}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.dec(pad(tc.code), 0x1000)
+			if ok != tc.ok || ok && got != tc.target {
+				t.Errorf("%#x, %v; want %#x, %v", got, ok, tc.target, tc.ok)
+			}
+		})
+	}
+}

@@ -25,3 +25,39 @@ func FuzzCallBefore(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTailBranch feeds the tail-jump decoders arbitrary code bytes (a
+// function's start, read from a mapped file): no panic on any length.
+func FuzzTailBranch(f *testing.F) {
+	f.Add(w32(0xd2800002, 0x14000040), uint64(0x1000))
+	f.Add(append(h16(0x4601), w32(0x0200006f)...), uint64(0x1000))
+	f.Add(h16(0xa801), uint64(0x1000))
+	f.Add([]byte{0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x89, 0xf7, 0xe9, 0, 1, 0, 0}, uint64(0x1000))
+	f.Add([]byte{0x48}, uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, at uint64) {
+		if len(b) > MaxTailCode {
+			b = b[:MaxTailCode]
+		}
+		for _, a := range all {
+			if a.TailBranch != nil {
+				a.TailBranch(b, at)
+			}
+		}
+	})
+}
+
+// FuzzCallTargets feeds the direct-call sweeps arbitrary code (a mapped
+// file's executable segment): no panic on any length or address.
+func FuzzCallTargets(f *testing.F) {
+	f.Add(w32(0x940000f0, 0xd503201f), uint64(0x1000))
+	f.Add([]byte{0x90, 0xe8, 0x10, 0, 0, 0, 0xe8}, uint64(0x1000))
+	f.Add(append(h16(0x4601), w32(0xf65ff0ef)...), uint64(0x1000))
+	f.Add([]byte{0xe8}, uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, vaddr uint64) {
+		for _, a := range all {
+			if a.CallTargets != nil {
+				a.CallTargets(b, vaddr, func(uint64) {})
+			}
+		}
+	})
+}

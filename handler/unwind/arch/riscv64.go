@@ -38,11 +38,13 @@ var RISCV64 = &Arch{
 		{Name: "riscv", PrevFP: -16, RA: -8, CallerSP: 0, SPExact: true},
 		{Name: "riscv-leaf", PrevFP: -8, CallerSP: 0, SPExact: true, Leaf: true},
 	},
-	Call:       callRISCV,
-	RASlotTop:  true,
-	PLT:        pltRISCV,
-	Strategies: []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
-	MinInsn:    2,
+	Call:        callRISCV,
+	RASlotTop:   true,
+	PLT:         pltRISCV,
+	CallTargets: sweepRISCV,
+	TailBranch:  tailRISCV,
+	Strategies:  []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
+	MinInsn:     2,
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
 		return prologue.RISCV(code, start, pc)
 	},

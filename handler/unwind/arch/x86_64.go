@@ -55,6 +55,8 @@ var X86_64 = &Arch{
 	Call:         callX86,
 	RASlotTop:    true,
 	PLT:          pltX86,
+	CallTargets:  sweepX86,
+	TailBranch:   tailX86,
 	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
