@@ -7,9 +7,9 @@
 # Prints the path of the busybox binary on stdout; logs go to stderr.
 #
 # aarch64, arm (armhf) and x86_64 use Debian bookworm's busybox-static
-# package, downloaded with apt-get into a private apt state directory (its
-# own sources list, lists and architectures): the host's dpkg configuration
-# is never changed (no `dpkg --add-architecture`). Bookworm has no riscv64
+# package, downloaded with apt-get on a private apt state
+# (scripts/debian-apt.sh): the host's dpkg configuration is never changed
+# (no `dpkg --add-architecture`). Bookworm has no riscv64
 # port, so for riscv64 the same Debian source package (`apt-get source
 # busybox`, with Debian's patches) is cross-built with riscv64-linux-gnu-gcc
 # and Debian's own "static" flavour configuration.
@@ -20,7 +20,6 @@ set -eu
 
 arch=${1:?usage: get.sh ARCH}
 cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
-mirror=${UNWOUND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 
 log() { echo "busybox/$arch: $*" >&2; }
@@ -51,28 +50,13 @@ for f in "$cache"/busybox/"$arch"-*/busybox; do
 	fi
 done
 
-apt=$cache/busybox/apt
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc"
-cat >"$apt/etc/sources.list" <<EOF
-deb [arch=arm64,armhf,amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
+debian_apt "$cache/busybox/apt" "arm64 armhf amd64" <<EOF
+deb [arch=arm64,armhf,amd64 signed-by=$debian_keyring] $debian_mirror $suite main
+deb-src [signed-by=$debian_keyring] $debian_mirror $suite main
 EOF
-aptget() {
-	apt-get -q \
-		-o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" \
-		-o Dir::Etc::SourceList="$apt/etc/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
-		-o Dir::State::status=/dev/null \
-		-o APT::Architectures::=arm64 -o APT::Architectures::=armhf -o APT::Architectures::=amd64 \
-		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
-		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
-		-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
-		-o APT::Sandbox::User=root "$@"
-}
-if [ ! -s "$apt/updated" ] || [ -n "$(find "$apt/updated" -mmin +1440)" ]; then
-	log "apt-get update (private state in $apt)"
-	aptget update >&2
-	date >"$apt/updated"
-fi
+dapt_update
 
 work=$(mktemp -d "$cache/busybox/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -80,7 +64,7 @@ cd "$work"
 
 if [ "$debarch" != riscv64 ]; then
 	log "apt-get download busybox-static:$debarch"
-	aptget download "busybox-static:$debarch" >&2
+	dapt apt-get download "busybox-static:$debarch" >&2
 	deb=$(ls busybox-static_*.deb)
 	ver=$(dpkg-deb -f "$deb" Version | tr ':~' '__')
 	dpkg-deb -x "$deb" x
@@ -95,7 +79,7 @@ fi
 command -v "${cross}gcc" >/dev/null 2>&1 || { echo "get.sh: ${cross}gcc not installed (make deps)" >&2; exit 1; }
 command -v dpkg-source >/dev/null 2>&1 || { echo "get.sh: dpkg-source not installed (apt-get install dpkg-dev)" >&2; exit 1; }
 log "apt-get source busybox (Debian has no riscv64 binary package in $suite)"
-aptget source --download-only busybox >&2
+dapt apt-get source --download-only busybox >&2
 dsc=$(ls busybox_*.dsc)
 ver=$(sed -n 's/^Version: //p' "$dsc" | tr ':~' '__')
 dpkg-source -x "$dsc" src >&2

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Fetches one of Debian's packaged kernels for the core lab (the second
 # flavour beside the minimal kernels of build.sh), without installing
-# anything on the host: a private apt state under the cache resolves the
+# anything on the host: a private apt state (scripts/debian-apt.sh) resolves the
 # flavour's meta package for the target architecture, `apt-get download`
 # fetches the image package and `dpkg-deb -x` unpacks it.
 #
@@ -33,9 +33,6 @@ if [ -s "$cur/vmlinuz" ] && [ -z "${UNWOUND_DEBIAN_REFRESH:-}" ]; then
 	echo "$cur"
 	exit 0
 fi
-for t in apt-get dpkg-deb; do
-	command -v $t >/dev/null 2>&1 || { echo "debian.sh: $t not found (Debian/Ubuntu host needed)" >&2; exit 1; }
-done
 
 mkdir -p "$top"
 exec 9>"$top/.lock"
@@ -45,36 +42,24 @@ if [ -s "$cur/vmlinuz" ] && [ -z "${UNWOUND_DEBIAN_REFRESH:-}" ]; then
 	exit 0
 fi
 
-# A private apt: its own sources, lists, cache and an empty status file, so
-# the host's apt state and dpkg database are never read or changed.
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 apt=$top/apt-$darch
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc/preferences.d" "$apt/etc/apt.conf.d" "$apt/dl"
-: >"$apt/status"
-key=/usr/share/keyrings/debian-archive-keyring.gpg
-cat >"$apt/etc/sources.list" <<EOF
-deb [arch=$darch signed-by=$key] http://deb.debian.org/debian bookworm main
-deb [arch=$darch signed-by=$key] http://deb.debian.org/debian-security bookworm-security main
+debian_apt "$apt" "$darch" <<EOF
+deb [arch=$darch signed-by=$debian_keyring] $debian_mirror bookworm main
+deb [arch=$darch signed-by=$debian_keyring] ${debian_mirror%/debian}/debian-security bookworm-security main
 EOF
-set -- -o "APT::Architecture=$darch" -o "APT::Architectures=$darch" \
-	-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=$apt/etc/sources.list.d" \
-	-o "Dir::Etc::Preferences=$apt/etc/preferences" -o "Dir::Etc::PreferencesParts=$apt/etc/preferences.d" \
-	-o "Dir::Etc::Parts=$apt/etc/apt.conf.d" \
-	-o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status" \
-	-o "Dir::Cache=$apt/cache" -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1"
-log "apt-get update (private state in $apt)"
-# A mirror caught mid-sync fails one index: retry once, then go on with
-# what was fetched (the package must still resolve below).
-apt-get "$@" -qq update >&2 || { sleep 5; apt-get "$@" -qq update >&2; } ||
-	log "apt-get update reported errors; resolving with the indexes it fetched"
+dapt_update
+mkdir -p "$apt/dl"
 
 # The meta package (linux-image-arm64, ...) depends on the current ABI's
 # image package, which carries the kernel and its modules.
-pkg=$(apt-cache "$@" show --no-all-versions "linux-image-$flavour" | sed -n 's/^Depends: //p' | tr ',' '\n' |
+pkg=$(dapt apt-cache show --no-all-versions "linux-image-$flavour" | sed -n 's/^Depends: //p' | tr ',' '\n' |
 	sed -n 's/^ *\(linux-image-[0-9][^ ]*\).*/\1/p' | head -n 1)
 [ -n "$pkg" ] || { echo "debian.sh: cannot resolve linux-image-$flavour" >&2; exit 1; }
 log "downloading $pkg"
 rm -f "$apt/dl"/*.deb
-(cd "$apt/dl" && apt-get "$@" -qq download "$pkg" >&2)
+(cd "$apt/dl" && dapt apt-get -qq download "$pkg" >&2)
 deb=$(ls "$apt/dl"/*.deb)
 
 tmp=$top/$flavour.tmp

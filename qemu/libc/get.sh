@@ -17,8 +17,7 @@
 # Logs go to stderr. Exit status 3: the architecture has no Debian port
 # here; 1: anything else went wrong (no network, say).
 #
-# apt-get runs with a private state directory (its own sources list, lists
-# and architectures), as qemu/busybox/get.sh does: the host's dpkg
+# apt-get runs on a private state (scripts/debian-apt.sh): the host's dpkg
 # configuration is never changed (no `dpkg --add-architecture`).
 # Cached in ${UNWOUND_CACHE:-$HOME/.cache/unwound}/debian-libc/<arch>-<version>/
 # (the apt state in apt/ for bookworm, apt-<suite>/ for another suite); a
@@ -27,7 +26,6 @@ set -eu
 
 arch=${1:?usage: get.sh ARCH}
 cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
-mirror=${UNWOUND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 log() { echo "libc/$arch: $*" >&2; }
 
@@ -63,45 +61,21 @@ exec 9>"$cache/debian-libc/.lock"
 flock 9
 found && exit 0
 
-apt=$cache/debian-libc/$aptdir
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc"
-cat >"$apt/etc/sources.list" <<EOF
-deb [arch=$(echo "$debarches" | tr ' ' ,) signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
+debian_apt "$cache/debian-libc/$aptdir" "$debarches" <<EOF
+deb [arch=$(echo "$debarches" | tr ' ' ,) signed-by=$debian_keyring] $debian_mirror $suite main
 EOF
-archopts=
-for a in $debarches; do
-	archopts="$archopts -o APT::Architectures::=$a"
-done
-aptwith() {
-	tool=$1
-	shift
-	# shellcheck disable=SC2086 # archopts is a list of arguments
-	"$tool" -q $archopts \
-		-o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" \
-		-o Dir::Etc::SourceList="$apt/etc/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
-		-o Dir::State::status=/dev/null \
-		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
-		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
-		-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
-		-o APT::Sandbox::User=root "$@"
-}
-if [ ! -s "$apt/updated" ] || [ -n "$(find "$apt/updated" -mmin +1440)" ]; then
-	log "apt-get update (private state in $apt)"
-	# --error-on=any: an unreachable mirror is an error, not a warning
-	# that leaves no lists behind a fresh "updated" stamp.
-	rm -f "$apt/updated"
-	aptwith apt-get update --error-on=any >&2
-	date >"$apt/updated"
-fi
+dapt_update
 
 work=$(mktemp -d "$cache/debian-libc/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 # Both packages at one version: libc6-dbg's build-ids name that libc6 only.
-ver=$(aptwith apt-cache show "libc6:$debarch" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
+ver=$(dapt apt-cache show "libc6:$debarch" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
 [ -n "$ver" ] || { echo "get.sh: no libc6:$debarch in $suite" >&2; exit 1; }
 log "apt-get download libc6:$debarch=$ver libc6-dbg:$debarch=$ver"
-aptwith apt-get download "libc6:$debarch=$ver" "libc6-dbg:$debarch=$ver" >&2
+dapt apt-get download "libc6:$debarch=$ver" "libc6-dbg:$debarch=$ver" >&2
 mkdir -p out/root x
 dpkg-deb -x libc6_*.deb out/root
 dpkg-deb -x libc6-dbg_*.deb x

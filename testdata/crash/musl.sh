@@ -1,7 +1,8 @@
 #!/bin/sh
 # Fetches Debian's musl (musl, musl-dev) for a foreign architecture and
 # unpacks it under the cache, without installing anything on the host: a
-# private apt state resolves the packages for the target architecture,
+# private apt state (scripts/debian-apt.sh) resolves the packages for the
+# target architecture,
 # `apt-get download` fetches them and `dpkg-deb -x` unpacks them (as
 # qemu/kernel/debian.sh does for kernels). It writes a gcc specs file that
 # points the architecture's cross gcc at that musl, as Debian's musl-gcc
@@ -31,9 +32,6 @@ if [ -s "$cur/musl-gcc.specs" ]; then
 	echo "$cur"
 	exit 0
 fi
-for t in apt-get dpkg-deb; do
-	command -v $t >/dev/null 2>&1 || { echo "musl.sh: $t not found (Debian/Ubuntu host needed)" >&2; exit 1; }
-done
 mkdir -p "$top"
 exec 9>"$top/.lock"
 flock 9
@@ -42,26 +40,16 @@ if [ -s "$cur/musl-gcc.specs" ]; then
 	exit 0
 fi
 
-# A private apt: its own sources, lists, cache and an empty status file, so
-# the host's apt state and dpkg database are never read or changed.
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 apt=$top/apt-$darch
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc/preferences.d" "$apt/etc/apt.conf.d" "$apt/dl"
-: >"$apt/status"
-key=/usr/share/keyrings/debian-archive-keyring.gpg
-cat >"$apt/etc/sources.list" <<EOS
-deb [arch=$darch signed-by=$key] http://deb.debian.org/debian bookworm main
+debian_apt "$apt" "$darch" <<EOS
+deb [arch=$darch signed-by=$debian_keyring] $debian_mirror bookworm main
 EOS
-set -- -o "APT::Architecture=$darch" -o "APT::Architectures=$darch" \
-	-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=$apt/etc/sources.list.d" \
-	-o "Dir::Etc::Preferences=$apt/etc/preferences" -o "Dir::Etc::PreferencesParts=$apt/etc/preferences.d" \
-	-o "Dir::Etc::Parts=$apt/etc/apt.conf.d" \
-	-o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status" \
-	-o "Dir::Cache=$apt/cache" -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1"
-log "apt-get update (private state in $apt)"
-apt-get "$@" -qq update >&2 || { sleep 5; apt-get "$@" -qq update >&2; } ||
-	log "apt-get update reported errors; resolving with the indexes it fetched"
+dapt_update
+mkdir -p "$apt/dl"
 rm -f "$apt/dl"/*.deb
-(cd "$apt/dl" && apt-get "$@" -qq download musl musl-dev >&2)
+(cd "$apt/dl" && dapt apt-get -qq download musl musl-dev >&2)
 
 tmp=$top/$arch.tmp
 rm -rf "$tmp"
