@@ -100,15 +100,18 @@ func (b *boundedFile) ReadAt(p []byte, off int64) (int, error) {
 	for done < len(p) {
 		n := min(len(p)-done, 64<<10)
 		at := off + int64(done)
-		buf, err := bounded(func() ([]byte, error) {
+		// Every op returns a pointer: one instantiation of bounded.
+		q, err := bounded(func() (*[]byte, error) {
 			q := make([]byte, n)
 			k, err := b.f.ReadAt(q, at)
-			return q[:k], err
+			q = q[:k]
+			return &q, err
 		})
 		if err == ErrTimeout {
 			b.hung.Store(true)
 			return done, fmt.Errorf("%s: %w", b.f.Name(), err)
 		}
+		buf := *q
 		done += copy(p[done:], buf)
 		if err != nil {
 			return done, err
@@ -149,12 +152,19 @@ func openFile(p string) (io.ReaderAt, io.Closer, error) {
 
 // sized wraps a regular file in a boundedFile.
 func sized(f *os.File) (io.ReaderAt, io.Closer, error) {
-	st, err := bounded(f.Stat)
+	size, err := bounded(func() (*int64, error) {
+		st, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		n := st.Size()
+		return &n, nil
+	})
 	if err != nil {
 		go f.Close()
 		return nil, nil, err
 	}
-	b := &boundedFile{f: f, size: st.Size()}
+	b := &boundedFile{f: f, size: *size}
 	return b, b, nil
 }
 
