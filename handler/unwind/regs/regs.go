@@ -20,6 +20,7 @@ type Set struct {
 }
 
 // Get returns register n and whether it is known.
+//
 //go:noinline
 func (s *Set) Get(n int) (uint64, bool) {
 	if n < 0 || n >= Max || s.valid[n/64]&(1<<(n%64)) == 0 {
@@ -29,6 +30,7 @@ func (s *Set) Get(n int) (uint64, bool) {
 }
 
 // Set records register n. Numbers out of range are ignored.
+//
 //go:noinline
 func (s *Set) Set(n int, v uint64) {
 	if n < 0 || n >= Max {
@@ -39,6 +41,7 @@ func (s *Set) Set(n int, v uint64) {
 }
 
 // Clear forgets register n.
+//
 //go:noinline
 func (s *Set) Clear(n int) {
 	if n < 0 || n >= Max {
