@@ -172,6 +172,7 @@ func (t2 *tally) measure(t *testing.T, name string, got *report.Report, want *fi
 			g = append(g, f.PC)
 		}
 	}
+	g = g[:fixture.Outermost(g)] // gdb's guesses past the outermost frame
 	t2.gdb += len(g)
 	var line []string
 	for i, f := range ct.Frames {
