@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
@@ -107,6 +108,25 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	return c, err
 }
 
+// unchecked returns the module holding pc when its file could not be
+// loaded and pc may be in its code: its mapping is executable, or the
+// core did not say (NT_FILE gives no permissions). nil otherwise.
+func (u *unwinder) unchecked(pc uint64) *module.Module {
+	mi, m := u.module(pc)
+	if mi < 0 || m.File != nil || m.Err == nil {
+		return nil
+	}
+	for _, mp := range m.Maps {
+		if pc >= mp.Start && pc < mp.End {
+			if mp.Perms == "" || strings.Contains(mp.Perms, "x") {
+				return m
+			}
+			return nil
+		}
+	}
+	return m
+}
+
 // maxTail bounds the jumps followed from a call's target.
 const maxTail = 2
 
@@ -121,6 +141,12 @@ func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, 
 		return fmt.Errorf("the call at %#x targets %#x, above the pc", site, target)
 	case site >= target && site <= pc:
 		return fmt.Errorf("the call at %#x lies between its target and the pc", site)
+	}
+	if tmod.File == nil && tmod.Err != nil {
+		// The file could not be loaded (missing, unreadable, or not read
+		// before the deadline): no function start is known, and any call
+		// below the PC would pass. Refused: that gave wrong frames.
+		return fmt.Errorf("the call at %#x cannot be checked: %v", site, tmod.Err)
 	}
 	if tmod.File != nil {
 		b := tmod.Bias()
@@ -255,6 +281,11 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				// Not code, unless a signal trampoline outside every
 				// module ([sigpage], qemu-user's sigtramp page).
 				continue
+			}
+			if m := u.unchecked(at); m != nil {
+				// A return address there could be neither taken nor told
+				// from data: a word above it would skip its frame.
+				return state{}, fmt.Errorf("at %#x: %#x may be a return address into %s, whose file is not loaded", sp+off+uint64(i), at, m.Path)
 			}
 			c, err := u.callSite(w, cur, true)
 			if err != nil {

@@ -1,9 +1,11 @@
 package unwind
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
@@ -318,5 +320,36 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 			ws = append(ws, want{victim + 0x8, MethodSignal, TrustMedium})
 		}
 		check(t, r, ws...)
+	}
+}
+
+// A stack word into a module whose file could not be loaded may be a
+// return address the scan can neither check nor tell from data: the scan
+// stops there rather than take a word above it and skip that frame.
+func TestScanStopsAtUnloadedModule(t *testing.T) {
+	for _, loaded := range []bool{true, false} {
+		f := newFake(t, arch.AArch64)
+		lib := &module.Module{Path: "/lib/libc.so.6", Start: 0x400000, End: 0x410000,
+			Maps: []module.Mapping{{Start: 0x400000, End: 0x410000, Path: "/lib/libc.so.6", Perms: "r-xp"}}}
+		if !loaded {
+			lib.Err = errors.New("file operation timed out")
+		}
+		f.mods = append(f.mods, lib)
+		const a, c = 0x10000, 0x10200
+		f.insn32(a+0x10, blA64(a+0x10, c))
+		sp := uint64(stackBase + 0x1000)
+		f.word(sp+8, 0x400123)
+		f.word(sp+0x10, a+0x14)
+		var rs regs.Set
+		rs.Set(31, sp)
+		r := f.unwind(c+0x8, rs, Options{})
+		if loaded {
+			check(t, r, want{c + 0x8, MethodContext, TrustHigh}, want{a + 0x14, MethodScan, TrustLow})
+			continue
+		}
+		check(t, r, want{c + 0x8, MethodContext, TrustHigh})
+		if !strings.Contains(r.Detail, "whose file is not loaded") {
+			t.Errorf("stop detail %q", r.Detail)
+		}
 	}
 }
