@@ -2,6 +2,7 @@ package handler
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -69,10 +70,13 @@ func TestMatrixFigures(t *testing.T) {
 			}
 		})
 	}
+	// The floors hold for whole rows: a -run pattern naming subtests
+	// picks a few crashes of a row.
+	whole := !strings.Contains(flag.Lookup("test.run").Value.String(), "/")
 	// Issue 16's floor for table-less code with heuristics only: GCC's
 	// default on arm, glibc, static and dynamic.
 	for _, k := range []string{"arm/gcc-bfd-default-static", "arm/gcc-bfd-default-dynamic"} {
-		if fig := rows[k]; fig != nil && fig.Share() < 90 {
+		if fig := rows[k]; whole && fig != nil && fig.Share() < 90 {
 			t.Errorf("%s: %d/%d frames equal to gdb's (%.1f%%), want at least 90%%", k, fig.Equal, fig.Want, fig.Share())
 		}
 	}
@@ -87,8 +91,8 @@ func TestMatrixFigures(t *testing.T) {
 	var crashes, wrong int
 	for name, fl := range fixture.MuslFloors {
 		fig := rows[name]
-		if fig == nil || fig.Crashes == 0 {
-			continue // not built here, or not in this run
+		if !whole || fig == nil || fig.Crashes == 0 {
+			continue // not built here, or not wholly in this run
 		}
 		if fl.Below(fig) {
 			t.Errorf("%s: %d/%d frames equal, below the %d/%d it reached", name, fig.Equal, fig.Want, fl.Equal, fl.Want)
