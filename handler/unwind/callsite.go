@@ -82,6 +82,16 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 	}
 	site := ra - uint64(c.Size)
 	err := u.reaches(tmod, tm != cm, site, c.Target, pc)
+	if err != nil && a.TailIndirect != nil && tmod.File != nil {
+		code := make([]byte, arch.MaxIndirectTail)
+		if tmod.File.ReadCode(c.Target-tmod.Bias(), code) == nil && a.TailIndirect(code, c.TargetThumb) {
+			// The callee passes control on through a register (musl's
+			// __libc_start_main to libc_start_main_stage2): the call
+			// reaches functions it does not name, as an indirect one.
+			c.Direct = false
+			return c, nil
+		}
+	}
 	if err == nil || a.TailBranch == nil {
 		return c, err
 	}

@@ -60,6 +60,11 @@ type Arch struct {
 	// branch: a function that only passes its arguments on. nil where
 	// not decoded.
 	TailBranch func(code []byte, at uint64) (uint64, bool)
+	// TailIndirect reports whether a function (code holds up to
+	// MaxIndirectTail bytes at its start; thumb is its instruction set)
+	// ends, straight through calls, in a jump through a register: a call
+	// to it reaches functions it does not name. nil where not decoded.
+	TailIndirect func(code []byte, thumb bool) bool
 
 	// RASlotTop says compilers save the return address at the top of a
 	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the

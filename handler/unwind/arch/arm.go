@@ -57,6 +57,7 @@ var ARM = &Arch{
 	RASlotTop:    true,
 	Call:         callARM,
 	PLT:          pltARM,
+	TailIndirect: tailIndirectARM,
 	Strategies:   []string{"signal", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},
 	MinInsn:      2,
 	ThumbBit:     true,

@@ -12,6 +12,9 @@ type Call struct {
 	Direct bool
 	Target uint64 // direct calls: the callee's address, Thumb bit clear
 	Size   int    // bytes of the call instruction: it starts at RA − Size
+	// TargetThumb: ARM32, the callee is Thumb code (BL from Thumb, BLX
+	// from A32).
+	TargetThumb bool
 }
 
 // CallBefore decodes the call instruction ending at the return address
@@ -71,7 +74,7 @@ func callARM(b []byte, ra uint64, thumb bool) (Call, bool) {
 		imm := sext(uint64(w&0x00FFFFFF), 24) * 4
 		switch {
 		case w&0xFE000000 == 0xFA000000: // BLX imm: to Thumb, H is bit 24
-			return Call{Direct: true, Target: uint64(int64(ra+4)+imm+int64(w>>24&1)*2) & 0xffffffff, Size: 4}, true
+			return Call{Direct: true, Target: uint64(int64(ra+4)+imm+int64(w>>24&1)*2) & 0xffffffff, Size: 4, TargetThumb: true}, true
 		case w>>28 == 0xF:
 			return Call{}, false
 		case w&0x0F000000 == 0x0B000000: // BL<c> imm
@@ -90,7 +93,7 @@ func callARM(b []byte, ra uint64, thumb bool) (Call, bool) {
 			imm := s<<24 | i1<<23 | i2<<22 | uint32(hw1&0x3FF)<<12 | uint32(hw2&0x7FF)<<1
 			off := sext(uint64(imm), 25)
 			if hw2&0xD000 == 0xD000 { // BL: stays in Thumb
-				return Call{Direct: true, Target: uint64(int64(ra)+off) & 0xffffffff, Size: 4}, true
+				return Call{Direct: true, Target: uint64(int64(ra)+off) & 0xffffffff, Size: 4, TargetThumb: true}, true
 			}
 			// BLX imm: to ARM state, from Align(PC, 4).
 			return Call{Direct: true, Target: uint64(int64(ra&^3)+off) & 0xfffffffc, Size: 4}, true
@@ -340,4 +343,62 @@ func sweepRISCV(code []byte, vaddr uint64, emit func(uint64)) {
 			emit(uint64(int64(vaddr) + int64(i) + sext(imm, 21)))
 		}
 	}
+}
+
+// MaxIndirectTail is the most bytes TailIndirect looks at.
+const MaxIndirectTail = 64
+
+// tailIndirectARM reports whether the function at the start of code
+// (Thumb or A32) runs straight, through calls, to a jump through a
+// register other than lr: it passes control on to a function its callers
+// do not name (musl's __libc_start_main ends in bx r3 to
+// libc_start_main_stage2). A return, any other branch or a conditional
+// instruction that may write the PC ends the walk with false.
+func tailIndirectARM(code []byte, thumb bool) bool {
+	if !thumb {
+		for i := 0; i+4 <= len(code); i += 4 {
+			w := binary.LittleEndian.Uint32(code[i:])
+			switch {
+			case w&0x0FFFFFF0 == 0x012FFF10 || w&0x0FFFFFF0 == 0x01A0F000: // BX Rm, MOV pc, Rm
+				return w>>28 == 0xE && w&0xF != 14
+			case w&0x0F000000 == 0x0B000000 && w>>28 != 0xF, w&0x0FFFFFF0 == 0x012FFF30: // BL, BLX Rm: calls
+			case w>>28 == 0xF, w&0x0E000000 == 0x0A000000, // BLX imm, B
+				w&0x0E108000 == 0x08108000, // LDM with pc
+				w&0x0000F000 == 0x0000F000: // anything else writing pc
+				return false
+			}
+		}
+		return false
+	}
+	for i := 0; i+2 <= len(code); {
+		h := binary.LittleEndian.Uint16(code[i:])
+		if h>>11 >= 0x1D { // 32-bit
+			if i+4 > len(code) {
+				return false
+			}
+			h2 := binary.LittleEndian.Uint16(code[i+2:])
+			switch {
+			case h&0xF800 == 0xF000 && (h2&0xD000 == 0xD000 || h2&0xD001 == 0xC000): // BL, BLX imm
+			case h&0xF800 == 0xF000 && h2&0x8000 == 0x8000, // B, Bcc, other branches
+				h&0xFFD0 == 0xE890 && h2&0x8000 != 0, h&0xFFD0 == 0xE910 && h2&0x8000 != 0, // LDM with pc
+				h&0xFE50 == 0xE850 && h2&0xF000 == 0xF000, h&0xFF00 == 0xF800 && h2&0xF000 == 0xF000, // loads to pc
+				h&0xFFF0 == 0xE8D0: // TBB, TBH
+				return false
+			}
+			i += 4
+			continue
+		}
+		switch {
+		case h&0xFF87 == 0x4700: // BX Rm
+			return h>>3&0xF != 14
+		case h&0xFF87 == 0x4687: // MOV pc, Rm
+			return h>>3&0xF != 14
+		case h&0xFF87 == 0x4780: // BLX Rm: a call
+		case h&0xFF00 == 0xBD00, h&0xF000 == 0xD000, h&0xF800 == 0xE000, // POP {pc}, Bcc/SVC, B
+			h&0xF500 == 0xB100, h&0xFF00 == 0xBF00 && h&0xF != 0: // CBZ/CBNZ, IT
+			return false
+		}
+		i += 2
+	}
+	return false
 }

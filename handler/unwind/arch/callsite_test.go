@@ -133,3 +133,31 @@ func TestTailBranch(t *testing.T) {
 		})
 	}
 }
+
+// Functions that end, straight through calls, in a jump through a
+// register, and ones that return or branch first. The Thumb sequence is
+// musl's __libc_start_main on armhf (objdump of the matrix's static musl
+// program): it calls __init_libc, then bx r3 to libc_start_main_stage2.
+func TestTailIndirect(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		code  []byte
+		thumb bool
+		want  bool
+	}{
+		{"musl __libc_start_main", h16(0x1c4b, 0xb570, 0x460d, 0x4606, 0x6811, 0xeb02, 0x0083, 0x4614, 0xf7ff, 0xff10, 0x4b03, 0x4622, 0x4629, 0x447b, 0x4630, 0xe8bd, 0x4070, 0x4718), true, true},
+		{"thumb bx lr", h16(0xb510, 0xf7ff, 0xff10, 0xe8bd, 0x4010, 0x4770), true, false},
+		{"thumb pop pc", h16(0xb510, 0xf7ff, 0xff10, 0xbd10, 0x4718), true, false},
+		{"thumb cbz first", h16(0xb118, 0x4718), true, false},
+		{"thumb it", h16(0xbf08, 0x4718), true, false},
+		{"a32 bx r3 after a call", w32(0xe92d4010, 0xebfffffe, 0xe8bd4010, 0xe12fff13), false, true},
+		{"a32 bx lr", w32(0xe92d4010, 0xebfffffe, 0xe8bd4010, 0xe12fff1e), false, false},
+		{"a32 pop pc", w32(0xe92d4010, 0xe8bd8010, 0xe12fff13), false, false},
+		{"a32 conditional bx", w32(0x012fff13), false, false},
+		{"cut short", h16(0xb510), true, false},
+	} {
+		if got := tailIndirectARM(c.code, c.thumb); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

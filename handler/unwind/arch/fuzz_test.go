@@ -61,3 +61,18 @@ func FuzzCallTargets(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTailIndirect feeds the indirect-tail decoder arbitrary code bytes:
+// no panic on any length, in either instruction set.
+func FuzzTailIndirect(f *testing.F) {
+	f.Add(h16(0x1c4b, 0xb570, 0x460d, 0xf7ff, 0xff10, 0xe8bd, 0x4070, 0x4718), true)
+	f.Add(w32(0xe92d4010, 0xebfffffe, 0xe8bd4010, 0xe12fff13), false)
+	f.Add(h16(0xf7ff), true)
+	f.Add([]byte{0x13}, false)
+	f.Fuzz(func(t *testing.T, b []byte, thumb bool) {
+		if len(b) > MaxIndirectTail {
+			b = b[:MaxIndirectTail]
+		}
+		tailIndirectARM(b, thumb)
+	})
+}
