@@ -464,14 +464,8 @@ func (u *unwinder) scannedSigframe(ra, slot uint64) (uint64, error) {
 	if pm, pmod := u.module(ctx.pc); pm < 0 || !pmod.InCode(ctx.pc) {
 		return 0, fmt.Errorf("signal frame above %#x: the pc %#x is not in code", slot, ctx.pc)
 	}
-	if rec != 0 {
-		fp, err1 := u.readPtr(rec)
-		lr, err2 := u.readPtr(rec + ps)
-		cfp, _ := ctx.rs.Get(a.FP)
-		clr, _ := ctx.rs.Get(a.LR)
-		if err1 != nil || err2 != nil || fp != cfp || lr != clr {
-			return 0, fmt.Errorf("signal frame at %#x: the record after it does not repeat the interrupted frame pointer and link register", sigSP)
-		}
+	if rec != 0 && !u.kernelRecord(sr, sigSP, rec) {
+		return 0, fmt.Errorf("signal frame at %#x: the record after it does not repeat the interrupted frame pointer and link register", sigSP)
 	}
 	return sigSP, nil
 }
