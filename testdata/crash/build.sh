@@ -19,7 +19,10 @@
 #          -z separate-code / -z noseparate-code), lld, mold, gold
 #   FLAGS  default (-O2 and nothing else: the toolchain's own unwind-table
 #          and frame-pointer defaults), tables (-O2 -funwind-tables
-#          -fasynchronous-unwind-tables), fp (-O0 -fno-omit-frame-pointer)
+#          -fasynchronous-unwind-tables), fp (-O0 -fno-omit-frame-pointer),
+#          notables (-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables
+#          -fno-unwind-tables: the program's own code without tables, on
+#          every arch; libc keeps its own)
 #   LINK   dynamic, static
 #   -musl  against musl instead of glibc (C only: crashxx is not built):
 #          x86_64 with Debian's musl-tools, aarch64 and arm with Debian's
@@ -70,6 +73,7 @@ matrix() {
 		default) fl="-O2" ;;
 		tables) fl="-O2 -funwind-tables -fasynchronous-unwind-tables" ;;
 		fp) fl="-O0 -fno-omit-frame-pointer" ;;
+		notables) fl="-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables" ;;
 		*) echo "build.sh: bad flags in $v" >&2; exit 2 ;;
 		esac
 		case $vld in

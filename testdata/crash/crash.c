@@ -118,6 +118,39 @@ NOINLINE static void mc1(int v) { mc2(v + 1); sink++; }
 NOINLINE static void rs2(int v) { sink = v; raise(SIGBUS); sink++; }
 NOINLINE static void rs1(int v) { rs2(v + 1); sink++; }
 
+/* chainstore (issue 25): the crash is in a leaf store reached through
+ * three small non-leaf functions; each calls the next, then stores the
+ * result to a global, so none is a tail call. On ARM and Thumb GCC gives
+ * each a two-register push around its call. */
+int cs_g1, cs_g2, cs_g3;
+NOINLINE static int cs_leaf(int v) { *null_ptr = v; return v + 1; }
+NOINLINE static int cs_l3(int v) { int r = cs_leaf(v + 1); cs_g3 = r; return r; }
+NOINLINE static int cs_l2(int v) { int r = cs_l3(v + 1); cs_g2 = r; return r; }
+NOINLINE static int cs_l1(int v) { int r = cs_l2(v + 1); cs_g1 = r; return r; }
+
+/* killhandler (issue 25): a signal handler that crashes, the signal sent
+ * by kill(getpid(), ...), so the interrupted PC is inside libc's kill
+ * (which has no CFI in musl). */
+NOINLINE static void kh2(int v) { null_write(v); sink++; }
+NOINLINE static void kh1(int v) { kh2(v + 1); sink++; }
+static void kill_handler(int sig) { kh1(sig); sink++; }
+NOINLINE static void killer2(void) { kill(getpid(), SIGUSR1); sink++; }
+NOINLINE static void killer1(void) { killer2(); sink++; }
+
+/* deeprec (issue 25): DEEPREC frames of a recursive function that keeps a
+ * frame (a small local array, a non-tail call) and crashes at the bottom:
+ * gdb walks every frame, well inside the handler's frame budget. */
+#define DEEPREC 200
+NOINLINE static int deep(int n) {
+	volatile char pad[16];
+	pad[n & 15] = (char)n;
+	if (n == 1) {
+		null_write(n);
+		return pad[0];
+	}
+	return deep(n - 1) + pad[(n + 1) & 15];
+}
+
 int main(int argc, char **argv) {
 	const char *s = argc > 1 ? argv[1] : "nullwrite";
 	if (!strcmp(s, "nullwrite"))
@@ -142,6 +175,13 @@ int main(int argc, char **argv) {
 		mc1(argc);
 	else if (!strcmp(s, "raise"))
 		rs1(argc);
+	else if (!strcmp(s, "chainstore"))
+		sink = cs_l1(argc);
+	else if (!strcmp(s, "killhandler")) {
+		signal(SIGUSR1, kill_handler);
+		killer1();
+	} else if (!strcmp(s, "deeprec"))
+		sink = deep(DEEPREC + argc - 2);
 	else {
 		fprintf(stderr, "unknown scenario %s\n", s);
 		return 2;
