@@ -72,7 +72,7 @@ var (
 // variants with every scenario and, on ARM and RISC-V, the extra variants
 // of build.sh (-marm, -notables, -marm-notables) with fewer; then the
 // crash matrix's variants (fixture.MatrixVariants: its slice, or all of
-// it with UNWOUND_MATRIX=full) with fixture.MatrixScenarios and "throw".
+// it with UNWOUND_MATRIX=full) with fixture.ScenariosOf and "throw".
 // Run skips the matrix variants build.sh could not build here.
 func DefaultCases(arch string) []Case {
 	cs := Matrix(nil, nil)
@@ -93,7 +93,7 @@ func DefaultCases(arch string) []Case {
 		cs = append(cs, Matrix(notables, noTablesScenarios)...)
 	}
 	for _, v := range fixture.MatrixVariants(arch) {
-		sc := fixture.MatrixScenarios
+		sc := fixture.ScenariosOf(arch, v)
 		if !fixture.IsMusl(v) { // crashxx is not built against musl
 			sc = append(append([]string(nil), sc...), "throw")
 		}

@@ -22,7 +22,8 @@
 #          -fasynchronous-unwind-tables), fp (-O0 -fno-omit-frame-pointer),
 #          notables (-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables
 #          -fno-unwind-tables: the program's own code without tables, on
-#          every arch; libc keeps its own)
+#          every arch; libc keeps its own), marm (-O2 -marm: A32 code, ARM
+#          only; the other FLAGS give Thumb-2 there, Debian's default)
 #   LINK   dynamic, static
 #   -musl  against musl instead of glibc (C only: crashxx is not built):
 #          x86_64 with Debian's musl-tools, aarch64 and arm with Debian's
@@ -74,6 +75,12 @@ matrix() {
 		tables) fl="-O2 -funwind-tables -fasynchronous-unwind-tables" ;;
 		fp) fl="-O0 -fno-omit-frame-pointer" ;;
 		notables) fl="-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables" ;;
+		marm)
+			if [ "$arch" != arm ]; then
+				echo "build.sh: -marm is ARM's, skipping $v" >&2
+				continue
+			fi
+			fl="-O2 -marm" ;;
 		*) echo "build.sh: bad flags in $v" >&2; exit 2 ;;
 		esac
 		case $vld in
