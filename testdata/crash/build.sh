@@ -88,6 +88,25 @@ matrix() {
 		sep) fl="$fl -fuse-ld=bfd -Wl,-z,separate-code" ;;
 		nosep) fl="$fl -fuse-ld=bfd -Wl,-z,noseparate-code" ;;
 		lld | mold | gold) fl="$fl -fuse-ld=$vld" ;;
+		ibt)
+			if [ "$arch" != x86_64 ]; then
+				echo "build.sh: -z ibtplt is x86_64's, skipping $v" >&2
+				continue
+			fi
+			fl="$fl -fuse-ld=bfd -Wl,-z,ibtplt" ;;
+		ehbias)
+			mode=-pie
+			[ "$vlink" = static ] && mode=-static
+			lds=$out/$arch/ehbias$mode.lds
+			mkdir -p "$out/$arch"
+			# The default script between its ===== lines, with the
+			# gap before the first unwind table section.
+			${cross}ld $mode --verbose | awk '
+				/^=====/ { n++; next }
+				n != 1 { next }
+				!done && /^  \.(ARM\.exidx|eh_frame_hdr) / { print "  . = . + 0x200000;"; done = 1 }
+				{ print }' >"$lds"
+			fl="$fl -fuse-ld=bfd -Wl,-T,$lds" ;;
 		*) echo "build.sh: bad linker in $v" >&2; exit 2 ;;
 		esac
 		[ "$vlink" = static ] && fl="$fl -static"

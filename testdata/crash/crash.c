@@ -8,11 +8,13 @@
  */
 #define _GNU_SOURCE
 #include <alloca.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -131,8 +133,8 @@ NOINLINE static int cs_l1(int v) { int r = cs_l2(v + 1); cs_g1 = r; return r; }
 /* killhandler (issue 25): a signal handler that crashes, the signal sent
  * by kill(getpid(), ...), so the interrupted PC is inside libc's kill
  * (which has no CFI in musl). */
-NOINLINE static void kh2(int v) { null_write(v); sink++; }
-NOINLINE static void kh1(int v) { kh2(v + 1); sink++; }
+NOINLINE static void kh2(int v) { null_write(v * 3); sink += 2; }
+NOINLINE static void kh1(int v) { kh2(v + 5); sink += 3; }
 static void kill_handler(int sig) { kh1(sig); sink++; }
 NOINLINE static void killer2(void) { kill(getpid(), SIGUSR1); sink++; }
 NOINLINE static void killer1(void) { killer2(); sink++; }
@@ -150,6 +152,74 @@ NOINLINE static int deep(int n) {
 	}
 	return deep(n - 1) + pad[(n + 1) & 15];
 }
+
+/* pltstub (issue 25): frame 0 inside a PLT stub, its return address
+ * still in the link register (on x86_64 at the top of the stack) and SP
+ * untouched. The pages holding the program's PLT slots (the GOT entries
+ * its stubs jump through) are made inaccessible, then memchr is called
+ * through its stub: the stub's load of the slot faults, so the PC is
+ * inside the stub (.plt, .plt.sec; .iplt in a static glibc program, where
+ * memchr is an IFUNC on x86_64, AArch64 and ARM). Programs without PLT
+ * slots (static musl, static RISC-V glibc) say so and exit 3. */
+static uintptr_t slot_lo = UINTPTR_MAX, slot_hi;
+static volatile size_t plt_len = 1;
+static void add_slot(uintptr_t slot) {
+	if (slot < slot_lo)
+		slot_lo = slot;
+	if (slot > slot_hi)
+		slot_hi = slot;
+}
+static int find_plt(struct dl_phdr_info *info, size_t size, void *data) {
+	uintptr_t jmprel = 0, relsz = 0, pltrel = 0;
+	(void)size, (void)data;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+			continue;
+		for (ElfW(Dyn) *d = (ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr); d->d_tag != DT_NULL; d++) {
+			if (d->d_tag == DT_JMPREL)
+				jmprel = d->d_un.d_ptr;
+			else if (d->d_tag == DT_PLTRELSZ)
+				relsz = d->d_un.d_val;
+			else if (d->d_tag == DT_PLTREL)
+				pltrel = d->d_un.d_val;
+		}
+	}
+	/* glibc relocates the dynamic section's pointers in place, musl not. */
+	if (jmprel && jmprel < info->dlpi_addr)
+		jmprel += info->dlpi_addr;
+	size_t ent = pltrel == DT_RELA ? sizeof(ElfW(Rela)) : sizeof(ElfW(Rel));
+	for (size_t off = 0; jmprel && off < relsz; off += ent)
+		add_slot(info->dlpi_addr + ((const ElfW(Rel) *)(jmprel + off))->r_offset);
+	return 1; /* the program is the first object: stop there */
+}
+#if defined(__arm__)
+#define IREL ElfW(Rel)
+extern const IREL __rel_iplt_start[] __attribute__((weak)), __rel_iplt_end[] __attribute__((weak));
+#define IPLT_START __rel_iplt_start
+#define IPLT_END __rel_iplt_end
+#else
+#define IREL ElfW(Rela)
+extern const IREL __rela_iplt_start[] __attribute__((weak)), __rela_iplt_end[] __attribute__((weak));
+#define IPLT_START __rela_iplt_start
+#define IPLT_END __rela_iplt_end
+#endif
+NOINLINE static void pl2(const char *s) {
+	uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+	size_t len = plt_len; /* globals may share the protected pages */
+	dl_iterate_phdr(find_plt, 0);
+	for (const IREL *r = IPLT_START; r && r < IPLT_END; r++)
+		add_slot(r->r_offset); /* static: no load bias */
+	if (slot_hi == 0) {
+		fprintf(stderr, "pltstub: no PLT slot in this program\n");
+		exit(3);
+	}
+	/* One call: mprotect's own slot is among those protected. */
+	uintptr_t lo = slot_lo & ~(ps - 1), hi = (slot_hi | (ps - 1)) + 1;
+	if (mprotect((void *)lo, hi - lo, PROT_NONE) != 0)
+		abort();
+	sink = memchr(s, 0, len) != 0;
+}
+NOINLINE static void pl1(const char *s) { pl2(s + 1); sink++; }
 
 int main(int argc, char **argv) {
 	const char *s = argc > 1 ? argv[1] : "nullwrite";
@@ -182,6 +252,8 @@ int main(int argc, char **argv) {
 		killer1();
 	} else if (!strcmp(s, "deeprec"))
 		sink = deep(DEEPREC + argc - 2);
+	else if (!strcmp(s, "pltstub"))
+		pl1(argv[0]);
 	else {
 		fprintf(stderr, "unknown scenario %s\n", s);
 		return 2;
