@@ -24,8 +24,10 @@ import (
 // the crashed thread's frames equal to gdb's, and the wrong ones (a
 // different PC at the same depth) per method and trust; frames past gdb's
 // last are counted apart, not as wrong. It fails on any wrong frame at
-// high or medium trust. Opt-in (UNWOUND_HEURISTICS=1): it runs every
-// fixture under qemu-user and gdb.
+// high or medium trust. Issue 25's shapes (a chain of non-leaf
+// functions storing to globals, a handler of a signal sent by kill(),
+// 200-deep recursion) are crashed too. Opt-in (UNWOUND_HEURISTICS=1): it
+// runs every fixture under qemu-user and gdb.
 func TestHeuristicsAgainstGDB(t *testing.T) {
 	if os.Getenv("UNWOUND_HEURISTICS") == "" {
 		t.Skip("set UNWOUND_HEURISTICS=1 to measure the heuristics against gdb")
@@ -59,7 +61,7 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 			var all tally
 			for _, variant := range variants {
 				var vt tally
-				for _, sc := range fixture.Scenarios {
+				for _, sc := range append(append([]string(nil), fixture.Scenarios...), fixture.ShapeScenarios...) {
 					if sc == "recursion" {
 						continue // gdb-multiarch crashes on the ARM cores; elision is tested elsewhere
 					}

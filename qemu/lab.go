@@ -70,10 +70,11 @@ var (
 
 // DefaultCases is the lab's matrix per architecture: the four base
 // variants with every scenario and, on ARM and RISC-V, the extra variants
-// of build.sh (-marm, -notables, -marm-notables) with fewer; then the
-// crash matrix's variants (fixture.MatrixVariants: its slice, or all of
-// it with UNWOUND_MATRIX=full) with fixture.ScenariosOf and "throw".
-// Run skips the matrix variants build.sh could not build here.
+// of build.sh (-marm, -notables, -marm-notables) with fewer; issue 25's
+// shapes (fixture.ShapeScenarios) in ShapeVariants; then the crash
+// matrix's variants (fixture.MatrixVariants: its slice, or all of it with
+// UNWOUND_MATRIX=full) with fixture.ScenariosOf and "throw". Run skips
+// the matrix variants build.sh could not build here.
 func DefaultCases(arch string) []Case {
 	cs := Matrix(nil, nil)
 	var marm, notables []string
@@ -92,6 +93,7 @@ func DefaultCases(arch string) []Case {
 	if len(notables) > 0 {
 		cs = append(cs, Matrix(notables, noTablesScenarios)...)
 	}
+	cs = append(cs, Matrix(ShapeVariants(arch), fixture.ShapeScenarios)...)
 	for _, v := range fixture.MatrixVariants(arch) {
 		sc := fixture.ScenariosOf(arch, v)
 		if !fixture.IsMusl(v) { // crashxx is not built against musl
@@ -100,6 +102,32 @@ func DefaultCases(arch string) []Case {
 		cs = append(cs, Case{v, sc})
 	}
 	return cs
+}
+
+// ShapeVariants are the base variants crashed with issue 25's shapes in
+// the lab, counted as the matrix is (figures, not an exact comparison):
+// GCC's defaults at -O2, dynamic, and on ARM and RISC-V the same without
+// unwind tables (Thumb-2 and A32 on ARM), where deep recursion is walked
+// by the heuristics alone.
+func ShapeVariants(arch string) []string {
+	switch arch {
+	case "arm":
+		return []string{"O2-dynamic", "O2-dynamic-marm", "O2-dynamic-notables", "O2-dynamic-marm-notables"}
+	case "riscv64":
+		return []string{"O2-dynamic", "O2-dynamic-notables"}
+	}
+	return []string{"O2-dynamic"}
+}
+
+// isShape reports whether a scenario is one of issue 25's shapes, counted
+// in the figures wherever it is crashed.
+func isShape(scenario string) bool {
+	for _, s := range fixture.ShapeScenarios {
+		if s == scenario {
+			return true
+		}
+	}
+	return false
 }
 
 // isMatrix reports whether a variant is one of the crash matrix's

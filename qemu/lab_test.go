@@ -34,21 +34,70 @@ func TestLab(t *testing.T) {
 	// UNWOUND_LAB_KERNEL=debian runs the whole matrix on Debian's
 	// packaged kernels instead, where Debian has one.
 	debian := os.Getenv("UNWOUND_LAB_KERNEL") == "debian"
+	rows := map[string]*fixture.Figures{}
 	for _, arch := range Arches {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
 			if _, ok := DebianFlavours[arch]; debian && !ok {
 				t.Skipf("no Debian kernel for %s", arch)
 			}
-			labTest(t, &Lab{KernelArch: arch, Debian: debian, Cases: DefaultCases(arch)})
+			addRows(rows, arch, labTest(t, &Lab{KernelArch: arch, Debian: debian, Cases: DefaultCases(arch)}))
 		})
 	}
 	// A 32-bit ARM userland on the AArch64 kernel (COMPAT): the core is
 	// ELFCLASS32/EM_ARM while the handler is an arm64 binary; the
 	// architecture must come from the core, never from the machine.
+	// Issue 25's shapes were seen there too (Thumb and A32).
 	t.Run("arm-on-aarch64", func(t *testing.T) {
-		labTest(t, &Lab{KernelArch: "aarch64", Arch: "arm", Debian: debian, Cases: Matrix(nil, nil)})
+		cases := append(Matrix(nil, nil), Matrix([]string{"O2-dynamic-marm"}, fixture.ShapeScenarios)...)
+		cases = append(cases, Case{"O2-dynamic", fixture.ShapeScenarios})
+		addRows(rows, "arm@aarch64", labTest(t, &Lab{KernelArch: "aarch64", Arch: "arm", Debian: debian, Cases: cases}))
 	})
+	labFamilyGate(t, rows)
+}
+
+// addRows keeps one guest's figures under its label (the programs' arch,
+// and @kernel where the kernel's differs).
+func addRows(all map[string]*fixture.Figures, label string, rows map[string]*fixture.Figures) {
+	for name, f := range rows {
+		_, variant, _ := strings.Cut(name, "/")
+		all[label+"/"+variant] = f
+	}
+}
+
+// labFamilyGate prints the lab's figures per family (glibc, musl, lld,
+// mold, static) over every guest, and fails on issue 25's bounds: a
+// crash with a wrong frame at high or medium trust (each crash's own
+// test fails too), or more than 2% of a family's crashes with a wrong
+// low-trust frame, unless UNWOUND_LAB_VARIANTS or _SCENARIOS picked a
+// part of the matrix.
+func labFamilyGate(t *testing.T, rows map[string]*fixture.Figures) {
+	if len(rows) == 0 {
+		return
+	}
+	var b strings.Builder
+	fixture.FamilyTables(&b, rows)
+	t.Logf("the lab's crashes counted against gdb, by family:\n%s", b.String())
+	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
+		if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(f, "lab, by family\n%s\n", b.String())
+			f.Close()
+		}
+	}
+	whole := os.Getenv("UNWOUND_LAB_VARIANTS") == "" && os.Getenv("UNWOUND_LAB_SCENARIOS") == ""
+	fam := fixture.ByFamily(rows)
+	for _, name := range fixture.Families {
+		f := fam[name]
+		if f == nil || f.Crashes == 0 {
+			continue
+		}
+		for _, bad := range f.Gate() {
+			if !whole && !strings.Contains(bad, "high or medium") {
+				continue
+			}
+			t.Errorf("lab family %s: %s", name, bad)
+		}
+	}
 }
 
 // TestLabDebian runs the real-pipe scenarios on Debian's packaged kernels
@@ -71,7 +120,10 @@ func TestLabDebian(t *testing.T) {
 	}
 }
 
-func labTest(t *testing.T, l *Lab) {
+// labTest runs one guest and checks its crashes; it returns the figures
+// of those counted (the matrix's variants, issue 25's shapes) by
+// arch/variant.
+func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 	arch := l.Arch
 	if arch == "" {
 		arch = l.KernelArch
@@ -91,16 +143,16 @@ func labTest(t *testing.T, l *Lab) {
 	if len(l.Cases) == 0 {
 		t.Skip("no cases left by UNWOUND_LAB_VARIANTS/UNWOUND_LAB_SCENARIOS")
 	}
+	rows := map[string]*fixture.Figures{}
 	res, err := l.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s on %s: %d crashes, boot to exit %v", arch, res.Kernel, len(res.Crashes), res.Duration.Round(time.Millisecond))
 	start := time.Now()
-	rows := map[string]*fixture.Figures{}
 	for _, c := range res.Crashes {
 		c := c
-		if isMatrix(c.Variant) {
+		if isMatrix(c.Variant) || isShape(c.Scenario) {
 			fig := rows[arch+"/"+c.Variant]
 			if fig == nil {
 				fig = &fixture.Figures{}
@@ -126,6 +178,7 @@ func labTest(t *testing.T, l *Lab) {
 		sameReportOnArm64(t, l, res)
 	}
 	t.Logf("%s: gdb comparisons %v", arch, time.Since(start).Round(time.Millisecond))
+	return rows
 }
 
 // checkCrash compares one crash's live report, and the offline unwind of
