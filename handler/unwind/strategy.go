@@ -191,14 +191,20 @@ func (lrStrategy) step(u *unwinder, f *frame) (state, error) {
 	if err != nil {
 		return state{}, err
 	}
-	if f.mi >= 0 && c.Direct && u.p.Arch.Prologue != nil && module.Find(u.p.Modules, c.Target) == f.mi && f.m.File != nil {
-		// The call names the function's start: if its prologue saved the
-		// return address already, LR may have been reused since.
-		pn, fr, err := u.prologueAt(f.m, f.cur, c.Target-f.m.Bias(), true)
-		if errors.Is(err, prologue.ErrWrongStart) {
+	leaf := f.mi < 0 // a wild PC is no function: SP is exact there
+	if start, ok := u.leafStart(f, c); ok {
+		// The call, or a symbol, names the function's start: if its
+		// prologue saved the return address already, LR may have been
+		// reused since.
+		pn, fr, err := u.prologueAt(f.m, f.cur, start, true)
+		switch {
+		case errors.Is(err, prologue.ErrWrongStart):
 			return state{}, err
-		}
-		if err == nil {
+		case errors.Is(err, prologue.ErrNoPrologue):
+			// Nothing pushed before the PC: a leaf so far, LR and SP
+			// are the caller's.
+			leaf = true
+		case err == nil:
 			// Saved: take it from its slot. Not saved: LR still holds it,
 			// and the prologue gives the caller's SP.
 			if saved := hasSlot(fr, u.p.Arch.RA); saved {
@@ -214,7 +220,29 @@ func (lrStrategy) step(u *unwinder, f *frame) (state, error) {
 	// An indirect call cannot be checked against the callee: the function
 	// may have called another since, leaving LR pointing into itself.
 	next.weak = !c.Direct && f.mi >= 0
+	// Unless proven a leaf, the function may have pushed a frame already,
+	// whose size nobody knows: SP is a lower bound, and the caller's rules
+	// may not be computed from it (a CFA taken from it would read the
+	// callee's own saved return address: the same frame again).
+	next.spApprox = !leaf
 	return next, nil
+}
+
+// leafStart returns the file address where the function holding the frame's
+// PC starts, when something names it: the direct call that LR returns
+// from (in the same module), or else a symbol.
+func (u *unwinder) leafStart(f *frame, c arch.Call) (uint64, bool) {
+	if f.mi < 0 || f.m.File == nil || u.p.Arch.Prologue == nil {
+		return 0, false
+	}
+	if c.Direct && module.Find(u.p.Modules, c.Target) == f.mi {
+		return c.Target - f.m.Bias(), true
+	}
+	pc := f.cur.pc - f.m.Bias()
+	if s, ok := f.m.File.FuncStart(pc); ok && s <= pc && pc-s <= 1<<16 {
+		return s, true
+	}
+	return 0, false
 }
 
 type fpStrategy struct{}
