@@ -25,6 +25,7 @@ const (
 	MethodFP       = "fp"
 	MethodLR       = "lr" // link register, or the return address at SP
 	MethodSignal   = "signal"
+	MethodPLT      = "plt"      // a linker's stub, stopped in: the caller is the link register
 	MethodPrologue = "prologue" // decoded from the function's prologue
 	MethodScan     = "scan"     // a validated return address found on the stack
 )

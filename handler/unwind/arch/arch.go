@@ -66,6 +66,17 @@ type Arch struct {
 	// to it reaches functions it does not name. nil where not decoded.
 	TailIndirect func(code []byte, thumb bool) bool
 
+	// PLTHeader is the size of the lazy resolver's entry that starts
+	// .plt: it saves the link register on ARM and AArch64, so a PC there
+	// is not a stub's. PLTEntry is the size of the stubs after it where
+	// PLTPushes is set. PLTPushes, given a stub's code from its start up
+	// to the PC, counts the pushes it executed (x86's lazy stubs push the
+	// relocation index); nil where stubs never touch the stack, and the
+	// caller is the link register.
+	PLTHeader uint64
+	PLTEntry  uint64
+	PLTPushes func(code []byte) (int, bool)
+
 	// RASlotTop says compilers save the return address at the top of a
 	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the
 	// x86 call): a return address found on the stack then gives the

@@ -209,6 +209,56 @@ func pltX86(code []byte) bool {
 	return len(code) >= 2 && code[0] == 0xFF && code[1] == 0x25 // jmp *rel32(%rip)
 }
 
+// pltPushesX86 decodes a PLT stub from its start up to the PC (code holds
+// those bytes) and counts the pushes executed: a lazy stub pushes the
+// relocation index before it jumps to the resolver, which pushes the
+// GOT's link map. The instructions are those GNU ld, lld and mold write
+// (with IBT and without); any other, or a PC inside an instruction, is
+// refused.
+func pltPushesX86(code []byte) (int, bool) {
+	n := 0
+	for i := 0; i < len(code); {
+		c := code[i:]
+		size, push := 0, false
+		for _, in := range x86StubInsns {
+			if bytes.HasPrefix(c, in.op) {
+				size, push = in.size, in.push
+				break
+			}
+		}
+		if size == 0 || i+size > len(code) {
+			return 0, false
+		}
+		if push {
+			n++
+		}
+		i += size
+	}
+	return n, true
+}
+
+var x86StubInsns = []struct {
+	op   []byte
+	size int
+	push bool
+}{
+	{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, 4, false},             // endbr64
+	{[]byte{0xff, 0x25}, 6, false},                         // jmp *rel32(%rip)
+	{[]byte{0xf2, 0xff, 0x25}, 7, false},                   // bnd jmp *rel32(%rip)
+	{[]byte{0xff, 0x35}, 6, true},                          // push rel32(%rip)
+	{[]byte{0x68}, 5, true},                                // push $imm32
+	{[]byte{0xe9}, 5, false},                               // jmp rel32
+	{[]byte{0xf2, 0xe9}, 6, false},                         // bnd jmp rel32
+	{[]byte{0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00}, 6, false}, // nopw 0(%rax,%rax)
+	{[]byte{0x0f, 0x1f, 0x80, 0, 0, 0, 0}, 7, false},       // nopl 0(%rax)
+	{[]byte{0x0f, 0x1f, 0x44, 0x00, 0x00}, 5, false},       // nopl 0(%rax,%rax)
+	{[]byte{0x0f, 0x1f, 0x40, 0x00}, 4, false},             // nopl 0(%rax)
+	{[]byte{0x0f, 0x1f, 0x00}, 3, false},                   // nopl (%rax)
+	{[]byte{0x66, 0x90}, 2, false},                         // xchg %ax,%ax
+	{[]byte{0x90}, 1, false},                               // nop
+	{[]byte{0xcc}, 1, false},                               // int3 (padding)
+}
+
 func headU32(b []byte) (uint32, bool) {
 	if len(b) < 4 {
 		return 0, false
