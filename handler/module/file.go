@@ -160,7 +160,9 @@ func Load(r io.ReaderAt) (*File, error) {
 		if s == nil || s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 || s.Addr+s.Size < s.Addr {
 			continue
 		}
-		f.PLTs = append(f.PLTs, Stubs{Start: s.Addr, End: s.Addr + s.Size, Header: name == ".plt"})
+		// A static program's IFUNC stubs (.iplt, which GNU ld names .plt
+		// there) have no resolver entry before them.
+		f.PLTs = append(f.PLTs, Stubs{Start: s.Addr, End: s.Addr + s.Size, Header: name == ".plt" && f.Dynamic})
 	}
 
 	eh, ehAddr := sectionData(ef, ".eh_frame")

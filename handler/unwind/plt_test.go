@@ -21,7 +21,14 @@ func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "p.c")
-	if err := os.WriteFile(src, []byte("#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n"), 0o644); err != nil {
+	prog := "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n"
+	for _, fl := range flags {
+		if fl == "-static" {
+			// A static program's stubs are IFUNCs' (.iplt): memcpy's.
+			prog = "#include <string.h>\nchar a[64], b[64];\nint main(int c, char **v) { memcpy(a, b, c); return a[0]; }\n"
+		}
+	}
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(dir, "p")
@@ -80,6 +87,9 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 	cs = append(cs,
 		pcase{"x86_64/bfd-lazy-before-push", arch.X86_64, "x86_64-linux-gnu-gcc", []string{"-Wl,-z,lazy"}, 6, 0},
 		pcase{"x86_64/bfd-lazy-after-push", arch.X86_64, "x86_64-linux-gnu-gcc", []string{"-Wl,-z,lazy"}, 11, 1},
+		pcase{"x86_64/bfd-static", arch.X86_64, "x86_64-linux-gnu-gcc", []string{"-static"}, 0, 0},
+		pcase{"aarch64/bfd-static", arch.AArch64, "aarch64-linux-gnu-gcc", []string{"-static"}, 4, 0},
+		pcase{"arm/bfd-static", arch.ARM, "arm-linux-gnueabihf-gcc", []string{"-static"}, 4, 0},
 	)
 	for _, c := range cs {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,7 +117,7 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 			}
 			fp := newFake(t, c.a)
 			m := &module.Module{Path: "/bin/p", Start: bias, End: bias + 1<<24,
-				Maps: []module.Mapping{{Start: bias, End: bias + 1<<24, Path: "/bin/p", Perms: "r-xp"}},
+				Maps:          []module.Mapping{{Start: bias, End: bias + 1<<24, Path: "/bin/p", Perms: "r-xp"}},
 				RuntimeOffset: bias, File: f}
 			fp.mods = append(fp.mods, m)
 			sp := uint64(stackBase + 0x1000)
