@@ -50,9 +50,7 @@ type Arch struct {
 	PLT  func(code []byte) bool
 	// CallTargets sweeps code (at file address vaddr) for direct calls
 	// and emits their targets: function starts, which call-site
-	// validation uses where a stripped file names none. nil where such a
-	// sweep finds too many false calls (ARM: A32 and Thumb mixed, with no
-	// mapping symbols left to tell them apart).
+	// validation uses where a stripped file names none.
 	CallTargets func(code []byte, vaddr uint64, emit func(target uint64))
 	// TailBranch decodes the start of a function at address at (code
 	// holds MaxTailCode bytes there) and returns the target of the direct

@@ -57,6 +57,7 @@ var ARM = &Arch{
 	RASlotTop:    true,
 	Call:         callARM,
 	PLT:          pltARM,
+	CallTargets:  sweepARM,
 	TailIndirect: tailIndirectARM,
 	PLTHeader:    32, // str lr, [sp, #-4]!; … (GNU ld 20 bytes, lld 32)
 	Strategies:   []string{"signal", "plt", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},

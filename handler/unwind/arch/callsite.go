@@ -395,6 +395,50 @@ func sweepRISCV(code []byte, vaddr uint64, emit func(uint64)) {
 	}
 }
 
+// sweepARM emits the targets of BL and BLX imm, read both as Thumb-2
+// halfword pairs and as A32 words: stripped files keep no mapping symbols
+// to tell the two apart, and programs mix them (an -marm program links
+// glibc's Thumb-2 objects). Thumb-2 code read as A32 words is full of
+// words that decode as BL (add.w and its kin begin 0xeb): an A32 target
+// is kept only where it opens a frame as A32 code does (a32Opens); A32
+// leaves are not found. A pair that starts inside another instruction may
+// still decode as a call: its target is a false start, which only makes
+// validation refuse more.
+func sweepARM(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 2 {
+		if i%4 == 0 && vaddr%4 == 0 {
+			if c, ok := callARM(code[i:i+4], vaddr+uint64(i)+4, false); ok && c.Direct && !c.TargetThumb {
+				if t := c.Target - vaddr; t < uint64(len(code)) && a32Opens(code[t:]) {
+					emit(c.Target)
+				}
+			}
+		}
+		if binary.LittleEndian.Uint16(code[i:])&0xF800 != 0xF000 {
+			continue
+		}
+		if c, ok := callARM(code[i:i+4], vaddr+uint64(i)+4, true); ok && c.Direct {
+			emit(c.Target &^ 1)
+		}
+	}
+}
+
+// a32Opens reports whether code begins like an A32 function that opens a
+// frame: within its first four words, all unconditional, a push/stmdb sp!
+// with lr, str lr, [sp, #-4]!, mov ip, sp (APCS) or sub sp (the scheduler
+// moves a few instructions above the push).
+func a32Opens(code []byte) bool {
+	for i := 0; i < 16 && i+4 <= len(code); i += 4 {
+		w := binary.LittleEndian.Uint32(code[i:])
+		switch {
+		case w>>28 != 0xE:
+			return false
+		case w&0xFFFF4000 == 0xE92D4000, w == 0xE52DE004, w == 0xE1A0C00D, w&0xFFFFF000 == 0xE24DD000:
+			return true
+		}
+	}
+	return false
+}
+
 // MaxIndirectTail is the most bytes TailIndirect looks at.
 const MaxIndirectTail = 64
 
