@@ -110,7 +110,7 @@ func hostileCores() []hostileCase {
 	frame(S+0x1000, S+0x2000)
 	frame(S+0x2000, S+0x1000)
 	sig.threads[0] = synthThread{tid: 1, pc: T, sp: S + 0x1000}
-	cs = append(cs, hostileCase{name: "signal frames in a loop", core: sig.bytes(), stops: []string{"sp_not_increasing"}, maxFrames: 40})
+	cs = append(cs, hostileCase{name: "signal frames in a loop", core: sig.bytes(), stops: []string{"sp_not_increasing", "loop", "repeated_frame"}, maxFrames: 40})
 	return cs
 }
 

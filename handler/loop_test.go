@@ -47,8 +47,9 @@ _start:
 }
 
 // A CFI rule that loops with a rising SP, in a two-thread core: each
-// thread's walk ends quickly, named as a loop, and the second thread still
-// gets its frames.
+// thread's walk ends quickly, and the second thread still gets its frames.
+// The rule keeps the return address in x30, which the caller's own call
+// clobbered: the walk ends at the first caller, or at the first repeat.
 func TestLoopingCFIRule(t *testing.T) {
 	dir := t.TempDir()
 	loopingModule(t, dir)
@@ -73,8 +74,8 @@ func TestLoopingCFIRule(t *testing.T) {
 		t.Fatalf("%d threads", len(r.Threads))
 	}
 	for _, th := range r.Threads {
-		if th.StopReason != "loop" || len(th.Frames) < 2 || len(th.Frames) > 8 {
-			t.Errorf("thread %d: %d frames, stop %s (%s): want a few frames and a loop", th.TID, len(th.Frames), th.StopReason, th.StopDetail)
+		if (th.StopReason != "loop" && th.StopReason != "no_unwind_info") || len(th.Frames) < 2 || len(th.Frames) > 8 {
+			t.Errorf("thread %d: %d frames, stop %s (%s): want a few frames and a loop or no unwind info", th.TID, len(th.Frames), th.StopReason, th.StopDetail)
 		}
 		for _, f := range th.Frames {
 			if f.Method == "" || f.Trust == "" {

@@ -56,8 +56,31 @@ type File struct {
 	mdi     *miniDebugInfo
 	mdiErr  error
 
+	// PLTs are the linker's stub sections (.plt, .plt.sec, .plt.got,
+	// .iplt), as file addresses: code without tables whose caller is
+	// exactly the link register (the return address at SP on x86).
+	PLTs []Stubs
+
 	// TableErrs says why a present table could not be used.
 	TableErrs []error
+}
+
+// Stubs is a section of linker-made stubs, [Start, End) in file addresses.
+// Header: the section starts with the lazy resolver's entry (.plt), which
+// is no stub of its own and may push.
+type Stubs struct {
+	Start, End uint64
+	Header     bool
+}
+
+// InPLT returns the stub section holding the file address vaddr.
+func (f *File) InPLT(vaddr uint64) (Stubs, bool) {
+	for _, s := range f.PLTs {
+		if vaddr >= s.Start && vaddr < s.End {
+			return s, true
+		}
+	}
+	return Stubs{}, false
 }
 
 type seg struct {
@@ -132,6 +155,15 @@ func Load(r io.ReaderAt) (*File, error) {
 		f.mdiSec = s.SectionHeader
 	}
 	ca := cfi.Arch{PtrSize: ptrSize(ef.Class), Order: ef.ByteOrder, AArch64: ef.Machine == elf.EM_AARCH64}
+	for _, name := range []string{".plt", ".plt.sec", ".plt.got", ".iplt"} {
+		s := ef.Section(name)
+		if s == nil || s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 || s.Addr+s.Size < s.Addr {
+			continue
+		}
+		// A static program's IFUNC stubs (.iplt, which GNU ld names .plt
+		// there) have no resolver entry before them.
+		f.PLTs = append(f.PLTs, Stubs{Start: s.Addr, End: s.Addr + s.Size, Header: name == ".plt" && f.Dynamic})
+	}
 
 	eh, ehAddr := sectionData(ef, ".eh_frame")
 	hdr, hdrAddr := sectionData(ef, ".eh_frame_hdr")

@@ -137,6 +137,17 @@ func (u *unwinder) unchecked(pc uint64) *module.Module {
 	return m
 }
 
+// siteBetween: a direct call lies between its own target and the PC it is
+// said to reach. A return address the function left in LR by a call of
+// its own looks like that; so does a recursion's. Only the prologue of the
+// target, saving the return address in the very slot it was found in,
+// tells them apart (recursive).
+type siteBetween struct{ site uint64 }
+
+func (e *siteBetween) Error() string {
+	return fmt.Sprintf("the call at %#x lies between its target and the pc", e.site)
+}
+
 // maxTail bounds the jumps followed from a call's target.
 const maxTail = 2
 
@@ -150,7 +161,7 @@ func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, 
 	case target > pc:
 		return fmt.Errorf("the call at %#x targets %#x, above the pc", site, target)
 	case site >= target && site <= pc:
-		return fmt.Errorf("the call at %#x lies between its target and the pc", site)
+		return &siteBetween{site}
 	}
 	if tmod.File == nil && tmod.Err != nil {
 		// The file could not be loaded (missing, unreadable, or not read
@@ -298,11 +309,19 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				return state{}, fmt.Errorf("at %#x: %#x may be a return address into %s, whose file is not loaded", sp+off+uint64(i), at, m.Path)
 			}
 			c, err := u.callSite(w, cur, true)
+			slot := sp + off + uint64(i)
+			var sb *siteBetween
+			if errors.As(err, &sb) {
+				// A recursion, if the function's prologue saved its return
+				// address in this very slot.
+				if next, ok, _ := u.confirm(c, cur, slot); ok {
+					return next, nil
+				}
+			}
 			if err != nil {
 				rejected++
 				continue
 			}
-			slot := sp + off + uint64(i)
 			sigSP, err := u.scannedSigframe(at, slot)
 			if err != nil && !a.RASlotTop {
 				// The handler's return address, most likely, and the

@@ -25,6 +25,10 @@ type unwinder struct {
 	// without frame pointers leaves there what the kernel set for a
 	// signal handler, a hint for finding its frame (sigFrameBelowFP).
 	fp0 uint64
+	// seen holds the PCs of the frames walked at the stack pointer
+	// seenSP: a caller found among them would repeat a frame.
+	seen   map[uint64]bool
+	seenSP uint64
 }
 
 // module returns the module holding pc, loading it on first use.
@@ -50,10 +54,24 @@ func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 	u.f = frame{cur: cur, first: first, mi: mi, m: m}
 	f := &u.f
 	var why []string
+	repeated := ""
 	for _, s := range u.list {
 		next, err := s.step(u, f)
 		if err == nil {
-			return next, s, nil
+			if u.p.Arch.ThumbBit && s.name() != MethodSignal {
+				// Code addresses carry the instruction set in bit 0; a
+				// signal frame's state came from the saved CPSR instead.
+				next.thumb = next.pc&1 != 0
+				next.pc &^= 1
+			}
+			reason, msg := u.repeats(cur, next, s)
+			if reason == "" {
+				return next, s, nil
+			}
+			if repeated == "" {
+				repeated = reason
+			}
+			err = errors.New(msg)
 		}
 		if errors.Is(err, errSkip) {
 			continue
@@ -71,6 +89,12 @@ func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 	reason := StopNoUnwindInfo
 	where := "the pc is in no module"
 	switch {
+	case repeated != "":
+		reason = repeated
+		where = "every strategy failed or gave a frame again"
+		if m != nil {
+			where = m.Path
+		}
 	case mi < 0:
 		reason = StopOutside
 	case f.outermost || f.cantUnwind:
@@ -84,6 +108,36 @@ func (u *unwinder) step(cur state, first bool) (state, strategy, error) {
 		where += ": " + strings.Join(why, "; ")
 	}
 	return state{}, nil, &stepError{reason, where}
+}
+
+// repeats says why next, the caller a strategy s recovered from cur, may
+// not be taken: a frame already walked (the same PC at the same SP), or
+// the same PC again at a higher SP that nothing proves a recursion. It
+// returns the stop reason and a message, or "" when next is new.
+//
+// A recursion repeats the PC while SP rises by the frame's size, each
+// return address read from the frame's own slot: that is taken when the
+// rule that found the slot started from an exact SP. A rule that keeps
+// the return address in a register (a wrong table, an EHABI entry that
+// belongs to a neighbour, LR still holding the frame's own PC) gives the
+// same PC too, for ever: the next strategy is tried instead.
+func (u *unwinder) repeats(cur, next state, s strategy) (string, string) {
+	a := u.p.Arch
+	sp, _ := cur.rs.Get(a.SP)
+	nsp, _ := next.rs.Get(a.SP)
+	switch {
+	case nsp == u.seenSP && u.seen[next.pc]:
+		return StopRepeated, fmt.Sprintf("%s: gave the pc %#x at the SP %#x again", s.name(), next.pc, nsp)
+	case next.pc != cur.pc:
+		return "", ""
+	case !next.raMem:
+		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again, the return address not read from the stack", s.name(), next.pc)
+	case cur.spApprox || nsp <= sp:
+		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again from an SP known only roughly", s.name(), next.pc)
+	case s.name() == MethodScan && next.via == "":
+		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again, unconfirmed", s.name(), next.pc)
+	}
+	return "", ""
 }
 
 // lookupPC is where a frame's unwind rules are looked up: the PC itself
@@ -111,6 +165,11 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 			}
 			continue
 		}
+		if row.Regs[row.RA].Kind == cfi.RuleUndefined {
+			// The outermost frame (_start, a thread's start): said
+			// whatever SP is.
+			return state{}, &stepError{StopEndOfStack, "return address undefined (outermost frame)"}
+		}
 		if cur.spApprox && spBased(row, a.SP) {
 			// A frame-pointer step left only a lower bound for SP.
 			return state{}, errors.New("the CFA is SP-based and SP is only known roughly")
@@ -137,6 +196,12 @@ func (u *unwinder) cfi(m *module.Module, cur state) (state, error) {
 			caller.Set(a.RA, ra)
 		}
 		k := row.Regs[row.RA].Kind
+		if a.LR >= 0 && a.LR == int(row.RA) && !row.SignalFrame {
+			// DWARF gives the return-address column the caller's PC; the
+			// caller's LR itself was clobbered by its call (see
+			// prologueAt).
+			caller.Clear(a.LR)
+		}
 		return state{pc: ra, rs: caller, exact: row.SignalFrame, raMem: k == cfi.RuleOffset || k == cfi.RuleExpression}, nil
 	}
 	return state{}, lastErr
@@ -205,6 +270,7 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 	switch {
 	case hasSlot(fr, a.RA):
 		next.pc, _ = next.rs.Get(a.RA)
+		next.raMem = true
 	case first && a.LR >= 0:
 		// A leaf that saved nothing: the return address is still in LR.
 		lr, ok := cur.rs.Get(a.LR)
@@ -214,6 +280,12 @@ func (u *unwinder) prologueAt(m *module.Module, cur state, start uint64, first b
 		next.pc = lr
 	default:
 		return state{}, nil, errors.New("prologue: return address not saved")
+	}
+	if a.LR >= 0 {
+		// The caller's own LR was clobbered by its call: what the slot
+		// held is its PC, not its link register. Left there, a rule that
+		// takes the PC from LR would give this frame again.
+		next.rs.Clear(a.LR)
 	}
 	if module.Find(u.p.Modules, next.pc&^1) < 0 {
 		return state{}, nil, errors.New("prologue: the return address is in no module")

@@ -49,6 +49,7 @@ var strategies = map[string]strategy{
 	MethodEHABI:    ehabiStrategy{},
 	MethodPrologue: prologueStrategy{},
 	MethodLR:       lrStrategy{},
+	MethodPLT:      pltStrategy{},
 	MethodFP:       fpStrategy{},
 	MethodScan:     scanStrategy{},
 }
@@ -188,17 +189,31 @@ func (lrStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, err
 	}
 	c, err := u.callSite(next.pc, f.cur, f.mi >= 0)
+	var sb *siteBetween
+	if errors.As(err, &sb) {
+		// LR is a return address into the function itself: left by a
+		// call it made, or the recursion's own. Its prologue, from the
+		// start the call names, tells: the return address saved in its
+		// slot is then the caller's.
+		return u.recursion(f, c, sb)
+	}
 	if err != nil {
 		return state{}, err
 	}
-	if f.mi >= 0 && c.Direct && u.p.Arch.Prologue != nil && module.Find(u.p.Modules, c.Target) == f.mi && f.m.File != nil {
-		// The call names the function's start: if its prologue saved the
-		// return address already, LR may have been reused since.
-		pn, fr, err := u.prologueAt(f.m, f.cur, c.Target-f.m.Bias(), true)
-		if errors.Is(err, prologue.ErrWrongStart) {
+	leaf := f.mi < 0 // a wild PC is no function: SP is exact there
+	if start, ok := u.leafStart(f, c); ok {
+		// The call, or a symbol, names the function's start: if its
+		// prologue saved the return address already, LR may have been
+		// reused since.
+		pn, fr, err := u.prologueAt(f.m, f.cur, start, true)
+		switch {
+		case errors.Is(err, prologue.ErrWrongStart):
 			return state{}, err
-		}
-		if err == nil {
+		case errors.Is(err, prologue.ErrNoPrologue):
+			// Nothing pushed before the PC: a leaf so far, LR and SP
+			// are the caller's.
+			leaf = true
+		case err == nil:
 			// Saved: take it from its slot. Not saved: LR still holds it,
 			// and the prologue gives the caller's SP.
 			if saved := hasSlot(fr, u.p.Arch.RA); saved {
@@ -214,6 +229,117 @@ func (lrStrategy) step(u *unwinder, f *frame) (state, error) {
 	// An indirect call cannot be checked against the callee: the function
 	// may have called another since, leaving LR pointing into itself.
 	next.weak = !c.Direct && f.mi >= 0
+	// Unless proven a leaf, the function may have pushed a frame already,
+	// whose size nobody knows: SP is a lower bound, and the caller's rules
+	// may not be computed from it (a CFA taken from it would read the
+	// callee's own saved return address: the same frame again).
+	next.spApprox = !leaf
+	return next, nil
+}
+
+// recursion recovers the caller of a frame whose LR returns into its own
+// function, from the prologue at the start the call names: only a saved
+// return address is taken.
+func (u *unwinder) recursion(f *frame, c arch.Call, sb *siteBetween) (state, error) {
+	if f.m == nil || f.m.File == nil || u.p.Arch.Prologue == nil {
+		return state{}, fmt.Errorf("LR returns into the function itself: %w", sb)
+	}
+	pn, fr, err := u.prologueAt(f.m, f.cur, c.Target-f.m.Bias(), true)
+	if err != nil {
+		return state{}, fmt.Errorf("%v: %w", sb, err)
+	}
+	if !hasSlot(fr, u.p.Arch.RA) {
+		return state{}, fmt.Errorf("%v, and the prologue saved no return address", sb)
+	}
+	if _, err := u.callSite(pn.pc, f.cur, true); err != nil {
+		var sb *siteBetween
+		if !errors.As(err, &sb) {
+			return state{}, fmt.Errorf("saved return address: %w", err)
+		}
+	}
+	pn.via = MethodPrologue
+	return pn, nil
+}
+
+// leafStart returns the file address where the function holding the frame's
+// PC starts, when something names it: the direct call that LR returns
+// from (in the same module), or else a symbol.
+func (u *unwinder) leafStart(f *frame, c arch.Call) (uint64, bool) {
+	if f.mi < 0 || f.m.File == nil || u.p.Arch.Prologue == nil {
+		return 0, false
+	}
+	if c.Direct && module.Find(u.p.Modules, c.Target) == f.mi {
+		return c.Target - f.m.Bias(), true
+	}
+	pc := f.cur.pc - f.m.Bias()
+	if s, ok := f.m.File.FuncStart(pc); ok && s <= pc && pc-s <= 1<<16 {
+		return s, true
+	}
+	return 0, false
+}
+
+type pltStrategy struct{}
+
+func (pltStrategy) name() string { return MethodPLT }
+func (pltStrategy) trust() Trust { return TrustHigh }
+func (pltStrategy) step(u *unwinder, f *frame) (state, error) {
+	// A stub the thread was stopped in (frame 0, or a signal's frame) has
+	// touched neither SP nor the link register: the call that led to it
+	// is the caller, exactly. A stub's address as a return address says
+	// nothing of the kind, nor does a guessed SP.
+	if !f.cur.exact || f.cur.spApprox || f.m == nil || f.m.File == nil {
+		return state{}, errSkip
+	}
+	a := u.p.Arch
+	pc := f.cur.pc - f.m.Bias()
+	st, ok := f.m.File.InPLT(pc)
+	if !ok {
+		return state{}, errSkip
+	}
+	inHeader := st.Header && pc-st.Start < a.PLTHeader
+	var next state
+	if a.PLTPushes == nil {
+		if inHeader {
+			return state{}, errors.New("plt: the pc is in the resolver's entry, which saves the link register")
+		}
+		n, err := u.fromLR(f.cur)
+		if err != nil {
+			return state{}, fmt.Errorf("plt: %w", err)
+		}
+		next = n
+	} else {
+		// Calls push the return address: count what the stub pushed on
+		// top of it. The resolver's entry is reached with the relocation
+		// index pushed by a stub.
+		entry, pushed := st.Start, 1
+		if !inHeader {
+			base := st.Start
+			if st.Header {
+				base += a.PLTHeader
+			}
+			entry, pushed = base+(pc-base)/a.PLTEntry*a.PLTEntry, 0
+		}
+		code := make([]byte, pc-entry)
+		if err := f.m.File.ReadCode(entry, code); err != nil {
+			return state{}, fmt.Errorf("plt: %w", err)
+		}
+		n, ok := a.PLTPushes(code)
+		if !ok {
+			return state{}, fmt.Errorf("plt: the stub at %#x is not one this unwinder knows", entry+f.m.Bias())
+		}
+		sp, _ := f.cur.rs.Get(a.SP)
+		at := sp + uint64((n+pushed)*a.PtrSize)
+		ra, err := u.readPtr(at)
+		if err != nil {
+			return state{}, &stepError{StopMemory, fmt.Sprintf("plt: return address at %#x: %v", at, err)}
+		}
+		next = state{pc: ra, rs: f.cur.rs}
+		next.rs.Set(a.SP, at+uint64(a.PtrSize))
+		next.rs.Set(a.RA, ra)
+	}
+	if mi, m := u.module(next.pc &^ 1); mi < 0 || !m.InCode(next.pc&^1-1) {
+		return state{}, fmt.Errorf("plt: the return address %#x is not in code", next.pc)
+	}
 	return next, nil
 }
 

@@ -25,6 +25,7 @@ const (
 	MethodFP       = "fp"
 	MethodLR       = "lr" // link register, or the return address at SP
 	MethodSignal   = "signal"
+	MethodPLT      = "plt"      // a linker's stub, stopped in: the caller is the link register
 	MethodPrologue = "prologue" // decoded from the function's prologue
 	MethodScan     = "scan"     // a validated return address found on the stack
 )
@@ -36,18 +37,12 @@ const (
 	StopNoUnwindInfo  = "no_unwind_info"
 	StopOutside       = "pc_outside_modules"
 	StopSPNotIncrease = "sp_not_increasing"
-	StopRepeated      = "repeated_frame"
+	StopRepeated      = "repeated_frame" // a strategy gave a frame already walked
 	StopMaxFrames     = "max_frames"
 	StopDeadline      = "deadline"
 	StopMemory        = "memory_unreadable"
-	StopLoop          = "loop" // the same PC again and again, its return address not from the stack
+	StopLoop          = "loop" // a strategy gave the same PC again, its return address not from the stack
 )
-
-// maxSamePC caps identical consecutive PCs whose return address did not
-// come from the stack: a rule that keeps the return address in a register
-// gives the same PC for ever, while SP rises. A real recursion reads each
-// return address from its own frame, and is bounded by MaxWalk instead.
-const maxSamePC = 4
 
 // maxBackward bounds the signal frames whose caller's SP is below theirs.
 const maxBackward = 16
@@ -141,7 +136,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		cur.pc &^= 1
 	}
 	method, trust := MethodContext, TrustHigh
-	walked, backward, same := 0, 0, 0
+	walked, backward := 0, 0
 	for {
 		sp, _ := cur.rs.Get(p.Arch.SP)
 		f := Frame{PC: cur.pc, SP: sp, Method: method, Trust: trust, Module: module.Find(p.Modules, cur.pc), Exact: cur.exact, Thumb: cur.thumb}
@@ -163,11 +158,8 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 			clear(seen)
 			seenSP = sp
 		}
-		if seen[cur.pc] {
-			res.Stop = StopRepeated
-			break
-		}
 		seen[cur.pc] = true
+		u.seen, u.seenSP = seen, seenSP
 
 		next, s, err := u.step(cur, walked == 1)
 		if err != nil {
@@ -178,19 +170,13 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		if next.via != "" {
 			m, t = next.via, strategies[next.via].trust()
 		}
-		if p.Arch.ThumbBit && m != MethodSignal {
-			// Code addresses carry the instruction set in bit 0; a signal
-			// frame's state came from the saved CPSR instead.
-			next.thumb = next.pc&1 != 0
-			next.pc &^= 1
-		}
+		nsp, _ := next.rs.Get(p.Arch.SP)
 		if next.pc == 0 && !next.exact {
 			// A return address of 0 ends the stack; an interrupted PC of 0
 			// (a signal during a call through NULL) is a frame of its own.
 			res.Stop = StopEndOfStack
 			break
 		}
-		nsp, _ := next.rs.Get(p.Arch.SP)
 		// Stacks grow down: a caller's SP is never below its callee's, except
 		// across a signal frame, where a handler on a sigaltstack returns to
 		// a stack anywhere.
@@ -207,13 +193,12 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 				break
 			}
 		}
-		if next.pc == cur.pc && !next.raMem {
-			if same++; same >= maxSamePC {
-				res.Stop, res.Detail = StopLoop, fmt.Sprintf("%s gave the pc %#x %d times in a row, the return address never read from the stack", m, cur.pc, same+1)
-				break
-			}
-		} else if next.pc != cur.pc {
-			same = 0
+		if cur.spApprox && m != MethodFP {
+			// The step read the frame from an SP that is only a lower
+			// bound (a frame-record, scan or unproven link-register
+			// step): whatever it found rests on a guess. A frame-record
+			// step follows the frame pointer, not SP.
+			t = TrustLow
 		}
 		if next.weak {
 			t = TrustLow

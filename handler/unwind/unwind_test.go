@@ -317,7 +317,7 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		r := f.unwind(handler+0x10, rs, Options{NoScan: true})
 		ws := []want{{handler + 0x10, MethodContext, TrustHigh}, {tramp, MethodFP, TrustMedium}}
 		if match {
-			ws = append(ws, want{victim + 0x8, MethodSignal, TrustMedium})
+			ws = append(ws, want{victim + 0x8, MethodSignal, TrustLow})
 		}
 		check(t, r, ws...)
 	}

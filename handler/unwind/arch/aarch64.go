@@ -36,7 +36,8 @@ var AArch64 = &Arch{
 	PLT:          pltAArch64,
 	CallTargets:  sweepAArch64,
 	TailBranch:   tailAArch64,
-	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
+	PLTHeader:    32, // stp x16, x30, [sp, #-16]!; …
+	Strategies:   []string{"signal", "plt", "cfi", "lr", "fp", "scan"},
 	MinInsn:      4,
 	Sigreturns: []Sigreturn{{
 		// vDSO __kernel_rt_sigreturn: mov x8, #139; svc #0

@@ -50,9 +50,7 @@ type Arch struct {
 	PLT  func(code []byte) bool
 	// CallTargets sweeps code (at file address vaddr) for direct calls
 	// and emits their targets: function starts, which call-site
-	// validation uses where a stripped file names none. nil where such a
-	// sweep finds too many false calls (ARM: A32 and Thumb mixed, with no
-	// mapping symbols left to tell them apart).
+	// validation uses where a stripped file names none.
 	CallTargets func(code []byte, vaddr uint64, emit func(target uint64))
 	// TailBranch decodes the start of a function at address at (code
 	// holds MaxTailCode bytes there) and returns the target of the direct
@@ -65,6 +63,17 @@ type Arch struct {
 	// ends, straight through calls, in a jump through a register: a call
 	// to it reaches functions it does not name. nil where not decoded.
 	TailIndirect func(code []byte, thumb bool) bool
+
+	// PLTHeader is the size of the lazy resolver's entry that starts
+	// .plt: it saves the link register on ARM and AArch64, so a PC there
+	// is not a stub's. PLTEntry is the size of the stubs after it where
+	// PLTPushes is set. PLTPushes, given a stub's code from its start up
+	// to the PC, counts the pushes it executed (x86's lazy stubs push the
+	// relocation index); nil where stubs never touch the stack, and the
+	// caller is the link register.
+	PLTHeader uint64
+	PLTEntry  uint64
+	PLTPushes func(code []byte) (int, bool)
 
 	// RASlotTop says compilers save the return address at the top of a
 	// frame, just below the caller's SP (push {…, lr}, sd ra, N-8(sp), the

@@ -57,8 +57,10 @@ var ARM = &Arch{
 	RASlotTop:    true,
 	Call:         callARM,
 	PLT:          pltARM,
+	CallTargets:  sweepARM,
 	TailIndirect: tailIndirectARM,
-	Strategies:   []string{"signal", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},
+	PLTHeader:    32, // str lr, [sp, #-4]!; … (GNU ld 20 bytes, lld 32)
+	Strategies:   []string{"signal", "plt", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},
 	MinInsn:      2,
 	ThumbBit:     true,
 	Prologue:     prologue.ARM,

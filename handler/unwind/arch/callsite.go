@@ -209,6 +209,56 @@ func pltX86(code []byte) bool {
 	return len(code) >= 2 && code[0] == 0xFF && code[1] == 0x25 // jmp *rel32(%rip)
 }
 
+// pltPushesX86 decodes a PLT stub from its start up to the PC (code holds
+// those bytes) and counts the pushes executed: a lazy stub pushes the
+// relocation index before it jumps to the resolver, which pushes the
+// GOT's link map. The instructions are those GNU ld, lld and mold write
+// (with IBT and without); any other, or a PC inside an instruction, is
+// refused.
+func pltPushesX86(code []byte) (int, bool) {
+	n := 0
+	for i := 0; i < len(code); {
+		c := code[i:]
+		size, push := 0, false
+		for _, in := range x86StubInsns {
+			if bytes.HasPrefix(c, in.op) {
+				size, push = in.size, in.push
+				break
+			}
+		}
+		if size == 0 || i+size > len(code) {
+			return 0, false
+		}
+		if push {
+			n++
+		}
+		i += size
+	}
+	return n, true
+}
+
+var x86StubInsns = []struct {
+	op   []byte
+	size int
+	push bool
+}{
+	{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, 4, false},             // endbr64
+	{[]byte{0xff, 0x25}, 6, false},                         // jmp *rel32(%rip)
+	{[]byte{0xf2, 0xff, 0x25}, 7, false},                   // bnd jmp *rel32(%rip)
+	{[]byte{0xff, 0x35}, 6, true},                          // push rel32(%rip)
+	{[]byte{0x68}, 5, true},                                // push $imm32
+	{[]byte{0xe9}, 5, false},                               // jmp rel32
+	{[]byte{0xf2, 0xe9}, 6, false},                         // bnd jmp rel32
+	{[]byte{0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00}, 6, false}, // nopw 0(%rax,%rax)
+	{[]byte{0x0f, 0x1f, 0x80, 0, 0, 0, 0}, 7, false},       // nopl 0(%rax)
+	{[]byte{0x0f, 0x1f, 0x44, 0x00, 0x00}, 5, false},       // nopl 0(%rax,%rax)
+	{[]byte{0x0f, 0x1f, 0x40, 0x00}, 4, false},             // nopl 0(%rax)
+	{[]byte{0x0f, 0x1f, 0x00}, 3, false},                   // nopl (%rax)
+	{[]byte{0x66, 0x90}, 2, false},                         // xchg %ax,%ax
+	{[]byte{0x90}, 1, false},                               // nop
+	{[]byte{0xcc}, 1, false},                               // int3 (padding)
+}
+
 func headU32(b []byte) (uint32, bool) {
 	if len(b) < 4 {
 		return 0, false
@@ -343,6 +393,50 @@ func sweepRISCV(code []byte, vaddr uint64, emit func(uint64)) {
 			emit(uint64(int64(vaddr) + int64(i) + sext(imm, 21)))
 		}
 	}
+}
+
+// sweepARM emits the targets of BL and BLX imm, read both as Thumb-2
+// halfword pairs and as A32 words: stripped files keep no mapping symbols
+// to tell the two apart, and programs mix them (an -marm program links
+// glibc's Thumb-2 objects). Thumb-2 code read as A32 words is full of
+// words that decode as BL (add.w and its kin begin 0xeb): an A32 target
+// is kept only where it opens a frame as A32 code does (a32Opens); A32
+// leaves are not found. A pair that starts inside another instruction may
+// still decode as a call: its target is a false start, which only makes
+// validation refuse more.
+func sweepARM(code []byte, vaddr uint64, emit func(uint64)) {
+	for i := 0; i+4 <= len(code); i += 2 {
+		if i%4 == 0 && vaddr%4 == 0 {
+			if c, ok := callARM(code[i:i+4], vaddr+uint64(i)+4, false); ok && c.Direct && !c.TargetThumb {
+				if t := c.Target - vaddr; t < uint64(len(code)) && a32Opens(code[t:]) {
+					emit(c.Target)
+				}
+			}
+		}
+		if binary.LittleEndian.Uint16(code[i:])&0xF800 != 0xF000 {
+			continue
+		}
+		if c, ok := callARM(code[i:i+4], vaddr+uint64(i)+4, true); ok && c.Direct {
+			emit(c.Target &^ 1)
+		}
+	}
+}
+
+// a32Opens reports whether code begins like an A32 function that opens a
+// frame: within its first four words, all unconditional, a push/stmdb sp!
+// with lr, str lr, [sp, #-4]!, mov ip, sp (APCS) or sub sp (the scheduler
+// moves a few instructions above the push).
+func a32Opens(code []byte) bool {
+	for i := 0; i < 16 && i+4 <= len(code); i += 4 {
+		w := binary.LittleEndian.Uint32(code[i:])
+		switch {
+		case w>>28 != 0xE:
+			return false
+		case w&0xFFFF4000 == 0xE92D4000, w == 0xE52DE004, w == 0xE1A0C00D, w&0xFFFFF000 == 0xE24DD000:
+			return true
+		}
+	}
+	return false
 }
 
 // MaxIndirectTail is the most bytes TailIndirect looks at.

@@ -43,7 +43,8 @@ var RISCV64 = &Arch{
 	PLT:         pltRISCV,
 	CallTargets: sweepRISCV,
 	TailBranch:  tailRISCV,
-	Strategies:  []string{"signal", "cfi", "prologue", "lr", "fp", "scan"},
+	PLTHeader:   32, // uses t0-t3 only, but is no stub
+	Strategies:  []string{"signal", "plt", "cfi", "prologue", "lr", "fp", "scan"},
 	MinInsn:     2,
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
 		return prologue.RISCV(code, start, pc)

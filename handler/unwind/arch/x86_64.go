@@ -57,7 +57,10 @@ var X86_64 = &Arch{
 	PLT:          pltX86,
 	CallTargets:  sweepX86,
 	TailBranch:   tailX86,
-	Strategies:   []string{"signal", "cfi", "lr", "fp", "scan"},
+	PLTHeader:    16, // push GOT+8; jmp *GOT+16
+	PLTEntry:     16,
+	PLTPushes:    pltPushesX86,
+	Strategies:   []string{"signal", "cfi", "plt", "lr", "fp", "scan"},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
 		// mov $15,%rax; syscall: glibc's and musl's __restore_rt. The

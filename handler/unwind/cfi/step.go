@@ -99,7 +99,7 @@ func (r *Row) Step(cur *regs.Set, mem io.ReaderAt, sp int, a Arch) (caller regs.
 	}
 	ra, ok := caller.Get(r.RA)
 	if !ok {
-		return caller, cfa, 0, fmt.Errorf("cfi: return address register %d unknown", r.RA)
+		return caller, cfa, 0, fmt.Errorf("cfi: return address register %d: %w", r.RA, ErrRegUnknown)
 	}
 	return caller, cfa, ra, nil
 }
