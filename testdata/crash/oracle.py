@@ -31,13 +31,32 @@ TYPES = {
 }
 
 
+def _sp(f):
+    try:
+        return int(f.read_register("sp"))
+    except (gdb.error, ValueError):
+        return None
+
+
 def walk(limit=200000):
+    """gdb's frames, innermost first. gdb's guess past a table-less
+    outermost frame can repeat it forever, each time one word higher
+    (clang's ARM _start, with past-entry on): a frame with the previous
+    one's PC and an SP at most a word above it is such a guess, not a
+    call, since a real recursive call's frame holds at least a return
+    address and a saved register. The walk ends there."""
     frames = []
+    word = gdb.lookup_type("void").pointer().sizeof
     f = gdb.newest_frame()
+    prev_pc, prev_sp = None, None
     while f is not None and len(frames) < limit:
         t = TYPES.get(f.type(), str(f.type()))
         if t not in ("INLINE", "TAILCALL"):
-            frames.append({"pc": "0x%x" % f.pc(), "type": t, "function": f.name()})
+            pc, sp = f.pc(), _sp(f)
+            if pc == prev_pc and sp is not None and prev_sp is not None and 0 <= sp - prev_sp <= word:
+                break
+            prev_pc, prev_sp = pc, sp
+            frames.append({"pc": "0x%x" % pc, "type": t, "function": f.name()})
         try:
             f = f.older()
         except gdb.error as e:
@@ -84,6 +103,8 @@ def relocate(binary, sysroot):
         dyn = int(gdb.parse_and_eval("(long)&_DYNAMIC"))
     except gdb.error:
         return  # static
+    if dyn == 0:
+        return  # static, linked by mold (which defines _DYNAMIC as 0)
     rdebug = 0
     for i in range(1024):
         tag = _word(dyn + 2 * ptr * i, ptr)
