@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -90,7 +91,80 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 // (UNWOUND_LAB_KEEP=dir): real-kernel cores, where qemu-user writes none
 // (RISC-V). UNWOUND_HEURISTICS_LAB names the run's directory, e.g.
 // dir/riscv64-riscv64-debian=false.
-func labHeuristics(t *testing.T, dir string) {
+//
+// A run that lists its crashes (fixture.LabCrashesFile) is counted as the
+// matrix is, too: figures per arch/variant and per family, written to
+// UNWOUND_FIGURES when set. Several run directories may be given,
+// separated by commas.
+func labHeuristics(t *testing.T, dirs string) {
+	rows := map[string]*fixture.Figures{}
+	for _, dir := range strings.Split(dirs, ",") {
+		if _, err := os.Stat(filepath.Join(dir, fixture.LabCrashesFile)); err == nil {
+			labFigures(t, dir, rows)
+			continue
+		}
+		labTally(t, dir)
+	}
+	if len(rows) == 0 {
+		return
+	}
+	var b strings.Builder
+	fixture.Table(&b, rows)
+	fixture.FamilyTables(&b, rows)
+	t.Logf("kept lab cores against gdb (or the known chain where gdb fails), by row and by family:\n%s", b.String())
+	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
+		os.WriteFile(p, []byte(b.String()), 0o644)
+	}
+}
+
+// labFigures counts the crashes a kept lab run lists into rows, keyed
+// arch/variant (arch@kernel where the run's kernel is another's).
+func labFigures(t *testing.T, dir string, rows map[string]*fixture.Figures) {
+	js, err := os.ReadFile(filepath.Join(dir, fixture.LabCrashesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crashes []fixture.LabCrash
+	if err := json.Unmarshal(js, &crashes); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	for _, c := range crashes {
+		if c.Core == "" || c.Prog != "crash" && c.Prog != "crashxx" {
+			continue
+		}
+		label := c.Arch
+		if k, _, _ := strings.Cut(filepath.Base(dir), "-"); k != c.Arch {
+			label += "@" + k
+		}
+		b := fixture.Binary{Arch: c.Arch, Variant: c.Variant, Prog: c.Prog, Dir: fixture.Build(t, c.Arch)}
+		want, err := fixture.TryOracle(t, b, c.Core, root)
+		if err != nil && fixture.KnownChains[c.Scenario] == nil {
+			t.Logf("%s/%s/%s pid %d: %.200v", label, c.Variant, c.Scenario, c.PID, err)
+			continue
+		}
+		if err != nil {
+			want = nil // the known chain is the reference
+		}
+		got, err := Offline(OfflineOptions{CoreFile: c.Core, Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fig := rows[label+"/"+c.Variant]
+		if fig == nil {
+			fig = &fixture.Figures{}
+			rows[label+"/"+c.Variant] = fig
+		}
+		before := len(fig.Cases)
+		countFigures(t, fig, b, c.Scenario, got, want)
+		for _, w := range fig.Cases[before:] {
+			t.Logf("%s wrong frame: %s", label, w)
+		}
+	}
+}
+
+// labTally measures a kept run's crash-program cores by method and trust.
+func labTally(t *testing.T, dir string) {
 	reports, _ := filepath.Glob(filepath.Join(dir, "reports", "*"))
 	if len(reports) == 0 {
 		t.Fatalf("no reports under %s", dir)

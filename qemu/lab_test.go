@@ -149,6 +149,18 @@ func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 		t.Fatal(err)
 	}
 	t.Logf("%s on %s: %d crashes, boot to exit %v", arch, res.Kernel, len(res.Crashes), res.Duration.Round(time.Millisecond))
+	if os.Getenv("UNWOUND_LAB_KEEP") != "" {
+		// Which crash each kept core is, for measuring them again
+		// offline (handler.TestHeuristicsAgainstGDB with
+		// UNWOUND_HEURISTICS_LAB).
+		var kept []fixture.LabCrash
+		for _, c := range res.Crashes {
+			kept = append(kept, fixture.LabCrash{PID: c.Report.PID, Arch: arch, Variant: c.Variant, Prog: c.Prog, Scenario: c.Scenario, Core: c.Core})
+		}
+		if js, err := json.Marshal(kept); err == nil {
+			os.WriteFile(filepath.Join(l.Dir, fixture.LabCrashesFile), js, 0o644)
+		}
+	}
 	start := time.Now()
 	for _, c := range res.Crashes {
 		c := c
