@@ -93,7 +93,7 @@ func DefaultCases(arch string) []Case {
 	if len(notables) > 0 {
 		cs = append(cs, Matrix(notables, noTablesScenarios)...)
 	}
-	cs = append(cs, Matrix(ShapeVariants(arch), fixture.ShapeScenarios)...)
+	cs = append(cs, Matrix(ShapeVariants(arch), shapeScenarios())...)
 	for _, v := range fixture.MatrixVariants(arch) {
 		sc := fixture.ScenariosOf(arch, v)
 		if !fixture.IsMusl(v) { // crashxx is not built against musl
@@ -119,10 +119,17 @@ func ShapeVariants(arch string) []string {
 	return []string{"O2-dynamic"}
 }
 
+// shapeScenarios are crashed in ShapeVariants: issue 25's shapes and,
+// since those variants are all dynamic, a PC inside a PLT stub
+// ("pltstub"; handler.TestPLTStubFrameZero covers the host's arches).
+func shapeScenarios() []string {
+	return append(append([]string(nil), fixture.ShapeScenarios...), "pltstub")
+}
+
 // isShape reports whether a scenario is one of issue 25's shapes, counted
 // in the figures wherever it is crashed.
 func isShape(scenario string) bool {
-	for _, s := range fixture.ShapeScenarios {
+	for _, s := range shapeScenarios() {
 		if s == scenario {
 			return true
 		}

@@ -49,8 +49,7 @@ func TestLab(t *testing.T) {
 	// architecture must come from the core, never from the machine.
 	// Issue 25's shapes were seen there too (Thumb and A32).
 	t.Run("arm-on-aarch64", func(t *testing.T) {
-		cases := append(Matrix(nil, nil), Matrix([]string{"O2-dynamic-marm"}, fixture.ShapeScenarios)...)
-		cases = append(cases, Case{"O2-dynamic", fixture.ShapeScenarios})
+		cases := append(Matrix(nil, nil), Matrix([]string{"O2-dynamic", "O2-dynamic-marm"}, shapeScenarios())...)
 		addRows(rows, "arm@aarch64", labTest(t, &Lab{KernelArch: "aarch64", Arch: "arm", Debian: debian, Cases: cases}))
 	})
 	labFamilyGate(t, rows)
