@@ -38,6 +38,10 @@ func ParseDSN(s string) (*DSN, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, keys included
+		}
 		return nil, fmt.Errorf("sentry DSN %q: %w", redact(s), err)
 	}
 	bad := func(why string) error { return fmt.Errorf("sentry DSN %q: %s", redact(s), why) }
