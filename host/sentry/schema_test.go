@@ -96,34 +96,41 @@ func short(b []byte) string {
 	return string(b)
 }
 
-func checkAgainst(t testing.TB, name string, v any) {
-	t.Helper()
+func checkAgainst(name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := schemas[name].Validate(inst); err != nil {
-		t.Fatalf("%s does not validate against Sentry's schema: %v\n%s", name, err, short(b))
+		return fmt.Errorf("%s does not validate against Sentry's schema: %v\n%s", name, err, short(b))
 	}
+	return nil
 }
 
 // validatePayload checks an event's JSON against Sentry's event schema.
 func validatePayload(t testing.TB, payload []byte) {
 	t.Helper()
+	if err := schemaCheck(payload); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// schemaCheck is validatePayload for a test server's goroutines.
+func schemaCheck(payload []byte) error {
 	schemaOnce.Do(compileSchemas)
 	if schemaErr != nil {
-		t.Fatal(schemaErr)
+		return schemaErr
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := schemas["event"].Validate(inst); err != nil {
-		t.Fatalf("event does not validate against Sentry's schema: %v\n%s", err, short(payload))
+		return fmt.Errorf("event does not validate against Sentry's schema: %v\n%s", err, short(payload))
 	}
 	var ev struct {
 		DebugMeta struct {
@@ -132,20 +139,25 @@ func validatePayload(t testing.TB, payload []byte) {
 		Contexts map[string]any `json:"contexts"`
 	}
 	if err := json.Unmarshal(payload, &ev); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, img := range ev.DebugMeta.Images {
 		if img["type"] != "elf" {
-			t.Fatalf("image of type %v, want elf", img["type"])
+			return fmt.Errorf("image of type %v, want elf", img["type"])
 		}
 		delete(img, "type") // the tag of Relay's enum, outside the variant's definition
-		checkAgainst(t, "image", img)
+		if err := checkAgainst("image", img); err != nil {
+			return err
+		}
 	}
 	for _, k := range []string{"os", "device"} {
 		if c, ok := ev.Contexts[k]; ok {
-			checkAgainst(t, k, c)
+			if err := checkAgainst(k, c); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // validate checks an event against Sentry's event schema.
