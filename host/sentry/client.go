@@ -196,3 +196,34 @@ func RetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	return d, true
 }
+
+// SendRetrying sends one event until Sentry answers it for good (Sent or
+// Drop) or ctx ends: after network errors and 5xx it backs off
+// exponentially from lo to hi with jitter, after a 429 it waits as long
+// as Sentry says. It returns the last answer.
+func (c *Client) SendRetrying(ctx context.Context, eventID string, payload []byte, lo, hi time.Duration) Result {
+	failures := 0
+	for {
+		res := c.Send(ctx, eventID, payload)
+		if res.Outcome == Sent || res.Outcome == Drop {
+			return res
+		}
+		d := res.After
+		if res.Outcome == Retry {
+			failures++
+			if b := backoff(failures, lo, hi); b > d {
+				d = b
+			}
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if res.Err == nil {
+				res.Err = ctx.Err()
+			}
+			return res
+		case <-t.C:
+		}
+	}
+}

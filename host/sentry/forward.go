@@ -409,7 +409,7 @@ func (f *Forwarder) send() {
 			f.stats.Retries++
 			f.mu.Unlock()
 			failures++
-			d := f.backoff(failures)
+			d := backoff(failures, f.o.MinBackoff, f.o.MaxBackoff)
 			if res.After > d {
 				d = res.After
 			}
@@ -419,16 +419,22 @@ func (f *Forwarder) send() {
 	}
 }
 
-// backoff is the wait after n failures in a row: exponential, capped,
-// with jitter (a random point in its upper half) so that collectors
-// that lost Sentry together do not return together.
-func (f *Forwarder) backoff(n int) time.Duration {
-	d := f.o.MinBackoff
-	for i := 1; i < n && d < f.o.MaxBackoff; i++ {
+// backoff is the wait after n failures in a row: exponential from lo,
+// capped at hi, with jitter (a random point in its upper half) so that
+// collectors that lost Sentry together do not return together.
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	if lo <= 0 {
+		lo = time.Second
+	}
+	if hi < lo {
+		hi = lo
+	}
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
 		d *= 2
 	}
-	if d > f.o.MaxBackoff {
-		d = f.o.MaxBackoff
+	if d > hi {
+		d = hi
 	}
 	return d/2 + rand.N(d/2+1)
 }

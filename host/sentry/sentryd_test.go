@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/unwound-dev/unwound/host/sentry/sentrytest"
 )
 
 // fakeSentry is a real HTTP server standing in for Sentry's envelope
@@ -117,7 +119,7 @@ func (s *fakeSentry) serve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, "envelope header %v for event %s", env.Header, ev.EventID)
 		return
 	}
-	if err := schemaCheck(payload); err != nil {
+	if err := sentrytest.Validate(payload); err != nil {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
