@@ -3,11 +3,15 @@ package sentry
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // Every real report converts to an event Sentry's schema accepts, with
@@ -230,4 +234,68 @@ func TestEventIDStable(t *testing.T) {
 	if a[12] != '5' || !strings.ContainsRune("89ab", rune(a[16])) {
 		t.Errorf("event id %s: not a version 5 UUID", a)
 	}
+}
+
+// Symbolized frames: a report frame with calls inlined into it becomes
+// one Sentry frame per function, the function the code belongs to first,
+// all at the frame's address.
+func TestEventSymbolizedInlines(t *testing.T) {
+	r, _ := loadReport(t, "nullwrite")
+	res := &symbolize.Result{Report: r}
+	for _, th := range r.Threads {
+		st := symbolize.Thread{Thread: th}
+		for _, f := range th.Frames {
+			st.Frames = append(st.Frames, symbolize.Frame{Frame: f})
+		}
+		res.Threads = append(res.Threads, st)
+	}
+	res.Threads[0].Frames[0].Locations = []symbolize.Location{
+		{Function: "store", File: "/src/crash/store.h", Line: 12, Column: 5, Inlined: true, Source: "dwarf"},
+		{Function: "null_write", Mangled: "_Z10null_writei", File: "/src/crash/crash.c", Line: 23, Source: "dwarf"},
+	}
+	ev, err := NewEvent(Input{Report: r, Symbols: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, ev)
+	fs := ev.Threads.Values[0].Stacktrace.Frames
+	if len(fs) != len(r.Threads[0].Frames)+1 {
+		t.Fatalf("%d frames for %d PCs and one inlined call", len(fs), len(r.Threads[0].Frames))
+	}
+	outer, inner := fs[len(fs)-2], fs[len(fs)-1]
+	pc := r.Threads[0].Frames[0].PC.String()
+	if outer.Function != "null_write" || outer.Symbol != "_Z10null_writei" || outer.Filename != "crash.c" || outer.AbsPath != "/src/crash/crash.c" || outer.Lineno != 23 || outer.InstructionAddr != pc {
+		t.Errorf("outer frame %+v", outer)
+	}
+	if inner.Function != "store" || inner.Filename != "store.h" || inner.Lineno != 12 || inner.Colno != 5 || inner.InstructionAddr != pc {
+		t.Errorf("inlined frame %+v", inner)
+	}
+}
+
+// FuzzEvent: any report the decoder accepts, with any extra fields,
+// converts without a panic into an event that is JSON.
+func FuzzEvent(f *testing.F) {
+	for _, name := range realReports {
+		raw, err := os.ReadFile(filepath.Join("testdata", name+".json.zst"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		js, _ := decode.JSON(raw)
+		f.Add(js)
+	}
+	f.Add([]byte(`{"version":1,"id":"00000000000000000000000000000001","arch":"arm","signal":{"number":7},"release":{"id":"a/b","version_id":"1\n2"},"device":{"attributes":{"":"x","k":"v"}},"modules":[{"path":"p","build_id":"ab","start":"0x10","end":"0x20","runtime_offset":"0x10","compiled_offset":"0x0"}],"threads":[{"tid":1,"crashed":true,"frames":[{"pc":"0x11","module":0},{"pc":"0x0","module":-1,"withheld":true}],"elided":3,"elided_at":1}]}`))
+	f.Fuzz(func(t *testing.T, js []byte) {
+		r, err := decode.Report(js)
+		if err != nil {
+			return
+		}
+		ev, err := NewEvent(Input{Report: r, Raw: js})
+		if err != nil {
+			return
+		}
+		p, err := ev.Payload()
+		if err != nil || !json.Valid(p) {
+			t.Fatalf("payload: %v", err)
+		}
+	})
 }
