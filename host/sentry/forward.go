@@ -325,35 +325,42 @@ func (f *Forwarder) send() {
 	defer close(f.sendD)
 	var until time.Time // no request before: rate limit or backoff
 	failures := 0
+	// batch is the outbox as last listed, oldest first: it is listed
+	// again only once done with, and new entries sort after it.
+	var batch []string
 	for {
 		if d := time.Until(until); d > 0 {
 			if !f.sleep(d) {
 				return
 			}
 		}
-		names, err := f.entries()
-		if err != nil {
-			f.o.Log("%v", err)
-			if !f.sleep(f.o.MaxBackoff) {
-				return
+		if len(batch) == 0 {
+			names, err := f.entries()
+			if err != nil {
+				f.o.Log("%v", err)
+				if !f.sleep(f.o.MaxBackoff) {
+					return
+				}
+				continue
 			}
-			continue
-		}
-		if len(names) == 0 {
-			select {
-			case <-f.ctx.Done():
-				return
-			case <-f.wake:
+			if len(names) == 0 {
+				select {
+				case <-f.ctx.Done():
+					return
+				case <-f.wake:
+				}
+				continue
 			}
-			continue
+			batch = names
 		}
-		name := names[0]
+		name := batch[0]
 		id, p := entryID(name), filepath.Join(f.outbox, name)
 		f.mu.Lock()
 		already := f.done[id]
 		f.mu.Unlock()
 		if already {
 			os.Remove(p)
+			batch = batch[1:]
 			continue
 		}
 		payload, err := os.ReadFile(p)
@@ -361,6 +368,7 @@ func (f *Forwarder) send() {
 			f.o.Log("sentry: outbox entry %s: %v", name, err)
 			os.Rename(p, p+".bad")
 			f.forget(id)
+			batch = batch[1:]
 			continue
 		}
 		res := f.client.Send(f.ctx, id, payload)
@@ -385,6 +393,7 @@ func (f *Forwarder) send() {
 				continue
 			}
 			os.Remove(p)
+			batch = batch[1:]
 			f.mu.Lock()
 			if res.Outcome == Sent {
 				f.stats.Sent++
