@@ -59,7 +59,7 @@ type Exceptions struct {
 type Exception struct {
 	Type       string      `json:"type"`
 	Value      string      `json:"value,omitempty"`
-	ThreadID   *int        `json:"thread_id,omitempty"`
+	ThreadID   *ThreadID   `json:"thread_id,omitempty"`
 	Mechanism  *Mechanism  `json:"mechanism,omitempty"`
 	Stacktrace *Stacktrace `json:"stacktrace,omitempty"`
 }
@@ -89,9 +89,21 @@ type Threads struct {
 	Values []Thread `json:"values"`
 }
 
+// ThreadID is a thread id: a number, or a string when it is not one
+// Sentry takes as a number (negative, from a damaged report).
+type ThreadID int
+
+// MarshalJSON writes Sentry's ThreadId: an unsigned integer or a string.
+func (id ThreadID) MarshalJSON() ([]byte, error) {
+	if id < 0 {
+		return []byte(`"` + strconv.Itoa(int(id)) + `"`), nil
+	}
+	return []byte(strconv.Itoa(int(id))), nil
+}
+
 // Thread is one thread with its stack trace.
 type Thread struct {
-	ID         int         `json:"id"`
+	ID         ThreadID    `json:"id"`
 	Name       string      `json:"name,omitempty"`
 	Crashed    bool        `json:"crashed"`
 	Current    bool        `json:"current"`
@@ -278,7 +290,7 @@ func NewEvent(in Input) (*Event, error) {
 			sym = in.Symbols.Threads[i].Frames
 		}
 		st := stacktrace(r, t, sym, exe)
-		ev.Threads.Values = append(ev.Threads.Values, Thread{ID: t.TID, Name: t.Name, Crashed: t.Crashed, Current: t.Crashed, Stacktrace: st})
+		ev.Threads.Values = append(ev.Threads.Values, Thread{ID: ThreadID(t.TID), Name: t.Name, Crashed: t.Crashed, Current: t.Crashed, Stacktrace: st})
 		stop := t.StopReason
 		if t.StopDetail != "" {
 			stop += ": " + t.StopDetail
@@ -301,7 +313,7 @@ func NewEvent(in Input) (*Event, error) {
 		}}},
 	}
 	if c := r.Crashed(); c != nil {
-		tid := c.TID
+		tid := ThreadID(c.TID)
 		ex.ThreadID = &tid
 		for i := range r.Threads {
 			if &r.Threads[i] == c {
