@@ -466,17 +466,19 @@ func (f *Forwarder) forget(id string) {
 }
 
 // record appends id to the journal and syncs it: once this returns,
-// no restart sends the event again.
+// no restart sends the event again. Only the sender goroutine writes the
+// journal, and it does so without f.mu, so that Stored never waits on
+// the disk.
 func (f *Forwarder) record(id, what string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if _, err := fmt.Fprintf(f.journal, "%s %s %s\n", id, what, time.Now().UTC().Format(time.RFC3339)); err != nil {
 		return err
 	}
 	if err := f.journal.Sync(); err != nil {
 		return err
 	}
+	f.mu.Lock()
 	f.done[id] = true
+	f.mu.Unlock()
 	return nil
 }
 
