@@ -1,6 +1,7 @@
 package sentry
 
 import (
+	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
@@ -8,12 +9,15 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
 // Event is the subset of Sentry's event payload that unwound fills
@@ -372,11 +376,33 @@ func (ev *Event) tag(k, v string) {
 	ev.Tags[k] = v
 }
 
+var (
+	zdecOnce sync.Once
+	zdec     *zstd.Decoder
+	zdecErr  error
+)
+
+// reportJSON is the JSON of a stored report (zstd or plain). One
+// decoder serves every call (DecodeAll is safe for concurrent use):
+// decode.JSON makes a new one, with its window, per report.
+func reportJSON(raw []byte) ([]byte, error) {
+	if !bytes.HasPrefix(raw, []byte(zstdenc.Magic)) {
+		return raw, nil
+	}
+	zdecOnce.Do(func() {
+		zdec, zdecErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxMemory(decode.MaxDecoded))
+	})
+	if zdecErr != nil {
+		return nil, zdecErr
+	}
+	return zdec.DecodeAll(raw, nil)
+}
+
 // addMeta reads the release and device objects from the raw report.
 func (ev *Event) addMeta(raw []byte, osc map[string]any) error {
-	js, err := decode.JSON(raw)
+	js, err := reportJSON(raw)
 	if err != nil {
-		return fmt.Errorf("sentry: %w", err)
+		return fmt.Errorf("sentry: report: %w", err)
 	}
 	var m meta
 	if err := json.Unmarshal(js, &m); err != nil {
