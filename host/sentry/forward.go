@@ -32,6 +32,10 @@ type Options struct {
 	// (default 1024); beyond it Stored drops the report with a log line
 	// rather than wait.
 	QueueSize int
+	// MaxPending bounds the reports queued or in the outbox (default
+	// 10000): while Sentry is away, a crash storm must not fill the
+	// collector's disk. Beyond it Stored drops the report with a log line.
+	MaxPending int
 	// MinBackoff and MaxBackoff bound the exponential backoff after a
 	// network error or a 5xx (default 1 s and 5 min).
 	MinBackoff, MaxBackoff time.Duration
@@ -42,7 +46,7 @@ type Stats struct {
 	Sent       int // acknowledged by Sentry (2xx)
 	Dropped    int // refused for good (4xx other than 429)
 	Duplicates int // Stored for a report already sent or under way
-	QueueFull  int // Stored while the queue was full: not forwarded
+	QueueFull  int // Stored while the queue or the outbox was full: not forwarded
 	Invalid    int // reports that made no event
 	Attempts   int // HTTP requests
 	Retries    int // attempts answered by an error or a 5xx
@@ -82,6 +86,9 @@ func NewForwarder(o Options) (*Forwarder, error) {
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 1024
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 10000
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = time.Second
@@ -229,6 +236,11 @@ func (f *Forwarder) Stored(reportID string, raw []byte, rep *report.Report, sym 
 	}
 	if f.done[id] || f.pending[id] {
 		f.stats.Duplicates++
+		return
+	}
+	if len(f.pending) >= f.o.MaxPending {
+		f.stats.QueueFull++
+		f.o.Log("sentry: %d reports not yet delivered: report %s not forwarded; send it with `unwound sentry send`", len(f.pending), rep.ID)
 		return
 	}
 	in := Input{Report: rep, Raw: raw, Symbols: sym, Signature: signature, Received: time.Now()}

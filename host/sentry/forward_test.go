@@ -279,3 +279,31 @@ func TestForwardIgnoresTornWrites(t *testing.T) {
 		t.Errorf("%d receipts", receipts)
 	}
 }
+
+// While Sentry is away the outbox stops growing at MaxPending; what is
+// pending is delivered once Sentry is back.
+func TestForwardBoundsOutbox(t *testing.T) {
+	sentry := newFakeSentry(t)
+	proxy := newFaultProxy(t, sentry.addr())
+	proxy.setFailAll(true)
+	logs := &logLines{t: t}
+	f, err := NewForwarder(Options{DSN: sentry.dsn(t, proxy.addr()), Dir: t.TempDir(), Log: logs.logf, MaxPending: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, r := range reports(t, 10) {
+		f.Stored(r.ID, nil, r, nil, "")
+	}
+	if st := f.Stats(); st.QueueFull != 7 || f.Pending() != 3 {
+		t.Errorf("stats %+v, %d pending", st, f.Pending())
+	}
+	if !logs.has("3 reports not yet delivered") {
+		t.Error("no log line for the full outbox")
+	}
+	proxy.setFailAll(false)
+	flush(t, f, 10*time.Second)
+	if _, stored := sentry.counts(); len(stored) != 3 {
+		t.Errorf("Sentry has %d events, want 3", len(stored))
+	}
+}
