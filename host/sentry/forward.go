@@ -17,6 +17,7 @@ import (
 
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/report"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure a Forwarder.
@@ -66,6 +67,7 @@ type Forwarder struct {
 	done    map[string]bool // event ids in the journal
 	pending map[string]bool // event ids queued or in the outbox
 	journal *os.File
+	lock    *os.File // flock'd: one forwarder per directory
 	stats   Stats
 	wake    chan struct{}
 
@@ -116,7 +118,18 @@ func NewForwarder(o Options) (*Forwarder, error) {
 	if err := os.MkdirAll(f.outbox, 0o755); err != nil {
 		return nil, fmt.Errorf("sentry: %w", err)
 	}
+	// Two forwarders on one outbox would both send its entries.
+	lock, err := os.OpenFile(filepath.Join(o.Dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("sentry: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("sentry: %s is in use by another forwarder: %w", o.Dir, err)
+	}
+	f.lock = lock
 	if err := f.readJournal(); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	if tmps, _ := filepath.Glob(filepath.Join(f.outbox, ".tmp-*")); len(tmps) > 0 {
@@ -126,6 +139,8 @@ func NewForwarder(o Options) (*Forwarder, error) {
 	}
 	names, err := f.entries()
 	if err != nil {
+		f.journal.Close()
+		lock.Close()
 		return nil, err
 	}
 	for _, n := range names {
@@ -296,7 +311,9 @@ func (f *Forwarder) Close() error {
 	<-f.spoolD
 	f.cancel()
 	<-f.sendD
-	return f.journal.Close()
+	err := f.journal.Close()
+	f.lock.Close()
+	return err
 }
 
 func (f *Forwarder) poke() {

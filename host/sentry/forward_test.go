@@ -133,6 +133,9 @@ func TestForwardRestart(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if _, err := NewForwarder(Options{DSN: dsn, Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use by another forwarder") {
+		t.Errorf("a second forwarder on the directory: %v", err)
+	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
