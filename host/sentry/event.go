@@ -255,8 +255,10 @@ func NewEvent(in Input) (*Event, error) {
 	ev.Contexts["os"] = osc
 	ev.Contexts["device"] = map[string]any{"arch": sentryArch(r.Arch)}
 	if len(in.Raw) > 0 {
+		// The report itself is decoded already: a release that cannot
+		// be read costs the release, not the event.
 		if err := ev.addMeta(in.Raw, osc); err != nil {
-			return nil, err
+			ev.Extra["release_error"] = err.Error()
 		}
 	}
 	ev.Extra["report_id"] = r.ID

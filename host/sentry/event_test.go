@@ -169,6 +169,15 @@ func TestEventRelease(t *testing.T) {
 	if d := osc["distribution"].(map[string]any); d["name"] != "poky" || d["version"] != "5.0.4" {
 		t.Errorf("distribution %v", d)
 	}
+	// Unreadable raw bytes lose the release, not the event.
+	ev, err = NewEvent(Input{Report: r, Raw: []byte("\x28\xb5\x2f\xfdgarbage")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, ev)
+	if ev.Release != "" || ev.Extra["release_error"] == nil {
+		t.Errorf("release %q, extra %v", ev.Release, ev.Extra)
+	}
 	// Without an image, the distribution is the release.
 	js2 := bytes.Replace(js, []byte(`"image_id":"core-image-minimal","image_version":"2026.11.2",`), nil, 1)
 	ev, err = NewEvent(Input{Report: r, Raw: js2})
