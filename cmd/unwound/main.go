@@ -41,6 +41,8 @@ func main() {
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
+	case "sentry":
+		err = sentryCmd(os.Args[2:])
 	case "minidebuginfo":
 		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":

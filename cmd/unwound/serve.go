@@ -22,6 +22,7 @@ func serve(args []string) error {
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "and this key (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "with --tls-cert: require a client certificate signed by a CA in this PEM `bundle` (mutual TLS)")
+	fwd := fs.String("forward-sentry", "", "forward each stored report to Sentry at this `DSN` (outbox in DIR/sentry)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -29,6 +30,11 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	stopFwd, err := forwardSentry(*fwd, *out, st)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer stopFwd()
 	o.Log = func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "unwound serve: "+format+"\n", args...)
 	}

@@ -26,6 +26,10 @@ import (
 type Store struct {
 	dir string
 	mu  sync.Mutex
+	// OnStored, when set, is called once a new report is stored, with
+	// the bytes as stored (the Sentry forwarder's hook). It must not
+	// block: the uploader is waiting for its answer.
+	OnStored func(r *report.Report, data []byte)
 }
 
 // NewStore opens (creating it if needed) the store in dir.
@@ -63,11 +67,16 @@ func (s *Store) Put(data []byte, wantID string) (r *report.Report, stored bool, 
 		data = report.Compress(data)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.Has(r.ID) {
+		s.mu.Unlock()
 		return r, false, nil, nil
 	}
-	return r, true, nil, writeAtomic(s.Path(r.ID), data)
+	err = writeAtomic(s.Path(r.ID), data)
+	s.mu.Unlock()
+	if err == nil && s.OnStored != nil {
+		s.OnStored(r, data)
+	}
+	return r, true, nil, err
 }
 
 func writeAtomic(path string, data []byte) error {
