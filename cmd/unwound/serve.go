@@ -22,6 +22,7 @@ func serve(args []string) error {
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "and this key (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "with --tls-cert: require a client certificate signed by a CA in this PEM `bundle` (mutual TLS)")
+	fs.IntVar(&o.Limits.MaxInFlight, "max-in-flight", 0, "uploads read, decoded and stored at once; others wait, then get 503 (default 8)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,6 +26,7 @@ type ServeOptions struct {
 	// ClientCA, with TLSCert, requires a client certificate signed by a
 	// CA in this PEM bundle (mutual TLS).
 	ClientCA string
+	Limits   Limits // what uploads may cost (Guard)
 	Log      func(format string, args ...any)
 }
 
@@ -44,7 +44,7 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           Handler(st, o.Token, o.Log),
+		Handler:           Guard(Handler(st, o.Token, o.Log), o.Limits, o.Log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 	}
@@ -84,7 +84,8 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 // Handler takes POSTed reports (at any path but /reports): 201
 // stored, 200 duplicate (the uploader deletes its entry either way), 400
 // invalid (the uploader quarantines it), 401 bad token, 413 too large, 415
-// unknown encoding. GET /reports lists the stored reports as JSON. The
+// unknown encoding, 507 disk full and 503 another local error (the
+// uploader keeps the report and retries). GET /reports lists the stored reports as JSON. The
 // token, when set, guards both.
 func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,13 +118,15 @@ func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
 			http.Error(w, "Content-Encoding "+ce+": want zstd", http.StatusUnsupportedMediaType)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, decode.MaxDecoded))
+		body, err := ReadBody(w, r, decode.MaxDecoded)
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
+				logf("refused a report from %s: body larger than %d bytes", r.RemoteAddr, mbe.Limit)
 				http.Error(w, "report too large", http.StatusRequestEntityTooLarge)
 				return
 			}
+			logf("reading a report from %s: %v", r.RemoteAddr, err)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -134,6 +137,10 @@ func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
 		}
 		rep, stored, invalid, err := st.Put(body, want)
 		switch {
+		case err != nil && DiskFull(err):
+			logf("storing a report from %s: %v: answered 507, the uploader keeps it", r.RemoteAddr, err)
+			http.Error(w, "collector disk full, retry later", http.StatusInsufficientStorage)
+			return
 		case err != nil:
 			logf("storing: %v", err)
 			http.Error(w, "cannot store the report", http.StatusServiceUnavailable)
