@@ -55,14 +55,14 @@ const (
 	bigBodies = 2
 )
 
-// Guard bounds the POSTs that reach next (other methods pass): their
+// LimitUploads bounds the POSTs that reach next (other methods pass): their
 // number in flight, their bodies' size, and the memory they leave
 // behind. When the last upload of a burst that made a large allocation
 // (a big body or a big decode) ends, the freed heap is returned to the
 // system at once rather than over minutes: an RSS that stays at its peak
 // looks like a leak to whoever watches the collector, and is memory the
 // machine's other services do not get.
-func Guard(next http.Handler, l Limits, logf func(string, ...any)) http.Handler {
+func LimitUploads(next http.Handler, l Limits, logf func(string, ...any)) http.Handler {
 	l = l.withDefaults()
 	g := &guard{next: next, l: l, logf: logf,
 		slots: make(chan struct{}, l.MaxInFlight), big: make(chan struct{}, bigBodies)}

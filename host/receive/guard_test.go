@@ -24,7 +24,7 @@ func TestGuardBusy(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	var logs []string
-	hs := httptest.NewServer(Guard(next, Limits{MaxInFlight: 1, Wait: 50 * time.Millisecond, RetryAfter: 7 * time.Second},
+	hs := httptest.NewServer(LimitUploads(next, Limits{MaxInFlight: 1, Wait: 50 * time.Millisecond, RetryAfter: 7 * time.Second},
 		func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }))
 	defer hs.Close()
 	done := make(chan int)

@@ -26,7 +26,7 @@ type ServeOptions struct {
 	// ClientCA, with TLSCert, requires a client certificate signed by a
 	// CA in this PEM bundle (mutual TLS).
 	ClientCA string
-	Limits   Limits // what uploads may cost (Guard)
+	Limits   Limits // what uploads may cost (LimitUploads)
 	Log      func(format string, args ...any)
 }
 
@@ -44,7 +44,7 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           Guard(Handler(st, o.Token, o.Log), o.Limits, o.Log),
+		Handler:           LimitUploads(Handler(st, o.Token, o.Log), o.Limits, o.Log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 	}
