@@ -9,12 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +56,17 @@ var listening = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
 // The process is killed when the test ends.
 func startServe(t testing.TB, dir string, wrap []string, extra ...string) *server {
 	t.Helper()
-	bin := testbin.Build(t, "unwound", "")
+	return startWith(t, testbin.Build(t, "unwound", ""), dir, wrap, extra...)
+}
+
+// startServeBin is startServe with another unwound binary.
+func startServeBin(t testing.TB, bin, dir string) *server {
+	t.Helper()
+	return startWith(t, bin, dir, nil)
+}
+
+func startWith(t testing.TB, bin, dir string, wrap []string, extra ...string) *server {
+	t.Helper()
 	args := append([]string{bin, "serve", "--listen", "127.0.0.1:0", "--dir", dir, "--token", token}, extra...)
 	if wrap != nil {
 		args = append(append([]string{}, wrap...), args...)
@@ -186,6 +194,3 @@ func (s *server) waitLog(t testing.TB, from int, re string) string {
 }
 
 func pidOf(s *server) int { return s.cmd.Process.Pid }
-
-var _ = filepath.Join
-var _ = syscall.SIGKILL
