@@ -29,6 +29,10 @@ type Limits struct {
 	Wait        time.Duration
 	// RetryAfter is the Retry-After of a 503 (default 5 s).
 	RetryAfter time.Duration
+	// BodyTimeout bounds the reading of a body once it has a slot
+	// (default 30 s): a client that trickles its body must not hold a
+	// slot for the server's whole read timeout.
+	BodyTimeout time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -43,6 +47,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.RetryAfter <= 0 {
 		l.RetryAfter = 5 * time.Second
+	}
+	if l.BodyTimeout <= 0 {
+		l.BodyTimeout = 30 * time.Second
 	}
 	return l
 }
@@ -125,6 +132,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.bigBody++
 		g.mu.Unlock()
 	}
+	// Not every ResponseWriter has deadlines (httptest's recorder): then
+	// the server's own ReadTimeout is the bound.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.l.BodyTimeout))
 	r.Body = http.MaxBytesReader(w, r.Body, g.l.MaxBody)
 	g.next.ServeHTTP(w, r)
 }

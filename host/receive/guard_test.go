@@ -2,6 +2,8 @@ package receive
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -76,5 +78,40 @@ func TestDiskFull(t *testing.T) {
 		if DiskFull(err) != want {
 			t.Errorf("DiskFull(%v) = %v", err, !want)
 		}
+	}
+}
+
+// TestGuardSlowBody: a client that trickles its body loses its slot
+// after BodyTimeout, and the next upload gets it.
+func TestGuardSlowBody(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := ReadBody(w, r, 1<<20); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	hs := httptest.NewServer(LimitUploads(next, Limits{MaxInFlight: 1, Wait: 2 * time.Second, BodyTimeout: 100 * time.Millisecond}, t.Logf))
+	defer hs.Close()
+	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+	time.Sleep(20 * time.Millisecond) // the slow upload has the slot
+	start := time.Now()
+	resp, err := http.Post(hs.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("upload after a trickling one: %s", resp.Status)
+	}
+	t.Logf("the next upload waited %v", time.Since(start).Round(time.Millisecond))
+	reply, _ := io.ReadAll(conn)
+	if !strings.Contains(string(reply), "400") {
+		t.Errorf("the trickling upload got %q", reply)
 	}
 }
