@@ -144,7 +144,7 @@ func hasIDs(t testing.TB, dir string, ids map[string]int) (missing []string) {
 func TestKillDuringIngest(t *testing.T) {
 	n, devices, every := 1500, 150, 400*time.Millisecond
 	if benchLoad() {
-		n, devices, every = 10_000, 1_000, 3*time.Second
+		n, devices, every = 30_000, 3_000, 3*time.Second
 	} else if testing.Short() {
 		t.Skip("kills a collector during ingest; -short")
 	}
