@@ -43,7 +43,7 @@ func ParseOSRelease(text []byte) *Release {
 				}
 			}
 			n := len(v)
-			for n > MaxReleaseValue || n < len(v) && !utf8.RuneStart(v[n]) {
+			for n > MaxReleaseValue || n > 0 && n < len(v) && !utf8.RuneStart(v[n]) {
 				n--
 			}
 			if n > 0 {
