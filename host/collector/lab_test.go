@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -92,6 +93,85 @@ func addSymbols(t *testing.T, dir string, r *report.Report, b fixture.Binary) {
 		if err := os.WriteFile(dst, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+var updateTraces = flag.Bool("update-traces", false, "rewrite host/signature/testdata/traces.json from the lab crashes")
+
+// labTrace is one lab crash's crashed-thread frames, symbolized, as the
+// signature tests read them (host/signature/testdata/traces.json).
+type labTrace struct {
+	Arch     string            `json:"arch"`
+	Variant  string            `json:"variant"`
+	Scenario string            `json:"scenario"`
+	Frames   []signature.Frame `json:"frames"`
+}
+
+// TestLabTraces writes the lab crashes' symbolized crashed-thread frames
+// for the signature tests (go test -run TestLabTraces -update-traces):
+// with the programs' symbols and libc's (host: libc6-dbg; aarch64, arm:
+// .dynsym), and without any.
+func TestLabTraces(t *testing.T) {
+	if !*updateTraces {
+		t.Skip("-update-traces rewrites host/signature/testdata/traces.json")
+	}
+	var out []labTrace
+	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
+		for _, rel := range labReleases {
+			for _, s := range labScenarios {
+				prog := "crash"
+				if s == "throw" {
+					prog = "crashxx"
+				}
+				r, b := labReport(t, labCrash{arch, rel.variant, prog, s})
+				for _, symbols := range []bool{true, false} {
+					dir := t.TempDir()
+					if symbols {
+						addSymbols(t, dir, r, b)
+					}
+					c := open(t, dir, Options{DebugDirs: []string{"/usr/lib/debug"}})
+					if !symbols {
+						c = open(t, dir, Options{})
+					}
+					_, frames := c.symbolize(r)
+					for i := range frames {
+						// The paths of the host's cache mean nothing
+						// elsewhere: keep the base names.
+						if frames[i].Module != "" {
+							frames[i].Module = "/usr/bin/" + filepath.Base(frames[i].Module)
+						}
+					}
+					if len(frames) > 24 {
+						frames = frames[:24] // the recursion's first frames suffice
+					}
+					v := rel.variant
+					if !symbols {
+						v += "-nosymbols"
+					}
+					out = append(out, labTrace{arch, v, s, frames})
+					c.Close()
+				}
+			}
+		}
+	}
+	// One trace a line: a diff shows which crash changed.
+	js := []byte("[\n")
+	for i, tr := range out {
+		b, err := json.Marshal(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, b...)
+		if i < len(out)-1 {
+			js = append(js, ',')
+		}
+		js = append(js, '\n')
+	}
+	js = append(js, ']')
+	dst := filepath.Join("..", "signature", "testdata", "traces.json")
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	if err := os.WriteFile(dst, append(js, '\n'), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

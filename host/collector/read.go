@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -582,6 +581,3 @@ func (c *Collector) List() ([]receive.Stored, error) {
 	}
 	return out, rows.Err()
 }
-
-// programBase is a program's base name, what coredumpctl shows.
-func programBase(p string) string { return path.Base(p) }
