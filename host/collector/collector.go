@@ -458,3 +458,40 @@ func boolInt(b bool) int {
 }
 
 var _ receive.Sink = (*Collector)(nil)
+
+// Collect stores report files (.json.zst or .json, as unwound receive
+// writes them) into the collector in dir, creating it, and returns the
+// group each report is in, in order: what make demo calls with the report
+// it received, before telling the user how to look at it (unwound crashes
+// show GROUP --dir DIR, or unwound serve --dir DIR and its page).
+func Collect(dir string, o Options, files ...string) ([]Group, error) {
+	c, err := Open(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var out []Group
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return out, err
+		}
+		r, _, invalid, err := c.Put(data, "")
+		if invalid != nil {
+			return out, fmt.Errorf("%s: %w", f, invalid)
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		var group string
+		if err := c.db.QueryRow(`SELECT group_id FROM reports WHERE id = ?`, r.ID).Scan(&group); err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		g, err := c.Group(group)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, g.Group)
+	}
+	return out, nil
+}

@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -334,5 +335,21 @@ func TestConcurrentPuts(t *testing.T) {
 	c.db.QueryRow(`PRAGMA synchronous`).Scan(&sync)
 	if mode != "wal" || sync != 2 {
 		t.Fatalf("journal_mode %s synchronous %d: want wal, 2 (FULL)", mode, sync)
+	}
+}
+
+// Collect puts report files into a collector and says their groups,
+// again without storing twice.
+func TestCollect(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(t.TempDir(), "r.json.zst")
+	if err := os.WriteFile(f, fake{id: 3, device: "demo", exe: "/usr/bin/crash", signal: 11, offset: 0x42}.encode(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		gs, err := Collect(filepath.Join(dir, "collector"), Options{}, f)
+		if err != nil || len(gs) != 1 || gs[0].Signature != "crash+0x42" || gs[0].Count != 1 {
+			t.Fatalf("%+v %v", gs, err)
+		}
 	}
 }
