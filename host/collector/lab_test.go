@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"debug/elf"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // A lab crash is one fixture program crashed one way, its core made by
@@ -394,3 +396,81 @@ func TestLabGroupingProjectRules(t *testing.T) {
 		t.Fatalf("%d groups, want 9", len(gs))
 	}
 }
+
+// Symbols for one build only: a group whose reports split moves them one
+// by one, each with its counts and facets, and keeps the rest.
+func TestRegroupSplit(t *testing.T) {
+	b := fixture.Binary{Arch: "x86_64", Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, "x86_64")}
+	ef, err := elf.Open(b.Unstripped())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, _ := ef.Symbols()
+	id := buildID(t, ef)
+	ef.Close()
+	var nullWrite uint64
+	for _, s := range syms {
+		if s.Name == "null_write" {
+			nullWrite = s.Value
+		}
+	}
+	if nullWrite == 0 || id == "" {
+		t.Fatal("no null_write or no build id")
+	}
+	dir := t.TempDir()
+	c := open(t, dir, Options{})
+	// Two builds of /usr/bin/crash crash at the same file offset: one
+	// group by module+offset until symbols say otherwise.
+	for i, bid := range []string{id, "00" + id[2:]} {
+		f := fake{id: 100 + i, device: fmt.Sprintf("b%d", i), exe: "/usr/bin/crash", signal: 11, offset: nullWrite}
+		js := f.encode(t)
+		raw, _ := decode.JSON(js)
+		raw = []byte(strings.Replace(string(raw), "00112233445566778899aabbccddeeff00112233", bid, 1))
+		if _, stored, inv, err := c.Put(raw, ""); !stored || inv != nil || err != nil {
+			t.Fatal(stored, inv, err)
+		}
+	}
+	gs, _ := c.Groups(Filter{})
+	if len(gs) != 1 || gs[0].Count != 2 {
+		t.Fatalf("before: %+v", gs)
+	}
+	old := gs[0].ID
+	dst := filepath.Join(dir, SymbolsDir, ".build-id", id[:2], id[2:]+".debug")
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	data, _ := os.ReadFile(b.Unstripped())
+	os.WriteFile(dst, data, 0o644)
+	res, err := c.resymbolize(c.available())
+	if err != nil || res.Reports != 1 || res.Regrouped != 1 || len(res.Merged) != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	gs, _ = c.Groups(Filter{})
+	if len(gs) != 2 {
+		t.Fatalf("after: %+v", gs)
+	}
+	for _, g := range gs {
+		d, _ := c.Group(g.ID)
+		want := "b0"
+		if g.ID == old {
+			want = "b1"
+		} else if g.Signature != "null_write" {
+			t.Errorf("moved to %q", g.Signature)
+		}
+		if g.Count != 1 || g.Kept != 1 || g.Boards != 1 || d.Devices[0].Value != want || len(d.Days) != 1 {
+			t.Errorf("group %s %q: %+v %+v", g.ID, g.Signature, g, d.Devices)
+		}
+	}
+}
+
+func buildID(t *testing.T, ef *elf.File) string {
+	t.Helper()
+	s := ef.Section(".note.gnu.build-id")
+	if s == nil {
+		return ""
+	}
+	b, err := s.Data()
+	if err != nil || len(b) < 16 {
+		return ""
+	}
+	return fmt.Sprintf("%x", b[16:])
+}
+

@@ -160,7 +160,8 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 	}
 	var where []string
 	var args []any
-	where = append(where, "g.merged_into IS NULL")
+	// A group whose every report moved elsewhere by regrouping is empty.
+	where = append(where, "g.merged_into IS NULL", "g.count > 0")
 	if !f.Since.IsZero() {
 		where = append(where, "g.last_seen >= ?")
 		args = append(args, f.Since.Unix())
@@ -170,7 +171,7 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 		args = append(args, f.Signal)
 	}
 	has := func(facet, value string) {
-		where = append(where, "EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = ? AND x.value = ?)")
+		where = append(where, "EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = ? AND x.value = ? AND x.count > 0)")
 		args = append(args, facet, value)
 	}
 	if f.Release != "" {
@@ -182,7 +183,7 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 	if f.Program != "" {
 		// A path names one program; a base name every program of that
 		// name.
-		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'program'
+		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'program' AND x.count > 0
 			AND (x.value = ? OR x.value LIKE '%/' || ? ESCAPE '\'))`)
 		args = append(args, f.Program, likeEscape(f.Program))
 	}
