@@ -262,7 +262,7 @@ func TestPruneKeepsCounts(t *testing.T) {
 // the new columns get their defaults, the day facets are backfilled.
 func TestMigrateFromV1(t *testing.T) {
 	dir := t.TempDir()
-	db, err := openDB(filepath.Join(dir, DBName))
+	db, err := openDB(filepath.Join(dir, DBName), synchronous)
 	if err != nil {
 		t.Fatal(err)
 	}
