@@ -473,4 +473,3 @@ func buildID(t *testing.T, ef *elf.File) string {
 	}
 	return fmt.Sprintf("%x", b[16:])
 }
-
