@@ -2,7 +2,9 @@ package collector
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -351,5 +354,54 @@ func TestCollect(t *testing.T) {
 		if err != nil || len(gs) != 1 || gs[0].Signature != "crash+0x42" || gs[0].Count != 1 {
 			t.Fatalf("%+v %v", gs, err)
 		}
+	}
+}
+
+// The API over HTTP answers what the Collector does: Client against API.
+func TestAPIClient(t *testing.T) {
+	c := open(t, t.TempDir(), Options{})
+	for i := 1; i <= 3; i++ {
+		put(t, c, fake{id: i, device: fmt.Sprintf("b%d", i), exe: "/usr/bin/gw", signal: 11, offset: 0x100, release: rel1, attrs: map[string]string{"hw_rev": "b"}})
+	}
+	put(t, c, fake{id: 9, device: "b9", exe: "/usr/bin/radiod", signal: 6, offset: 0x200, release: rel2})
+	srv := httptest.NewServer(receive.Guard("tok", API(c)))
+	defer srv.Close()
+	cl := &Client{URL: srv.URL, Token: "tok"}
+	gs, err := cl.Groups(Filter{Program: "gw"})
+	if err != nil || len(gs) != 1 || gs[0].Count != 3 || gs[0].Boards != 3 {
+		t.Fatalf("%+v %v", gs, err)
+	}
+	d, err := cl.Group(gs[0].ID)
+	if err != nil || len(d.Attributes["hw_rev"]) != 1 || d.Attributes["hw_rev"][0].Count != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	reps, err := cl.Reports(ReportQuery{Group: gs[0].ID, Limit: 2})
+	if err != nil || len(reps) != 2 {
+		t.Fatal(reps, err)
+	}
+	r, err := cl.Report(reps[0].ID)
+	if err != nil || r.Result == nil || len(r.Result.Report.Modules) != 1 || r.Result.Report.Modules[0].Path != "/usr/bin/gw" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	progs, err := cl.Values("program")
+	if err != nil || len(progs) != 2 || progs[0].Value != "/usr/bin/gw" || progs[0].Count != 3 {
+		t.Fatal(progs, err)
+	}
+	rels, err := cl.Releases()
+	if err != nil || len(rels) != 2 {
+		t.Fatal(rels, err)
+	}
+	if _, err := cl.Group("ffffffffffff"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown group: %v", err)
+	}
+	if _, err := (&Client{URL: srv.URL}).Groups(Filter{}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("no token: %v", err)
+	}
+	if _, err := cl.Groups(Filter{Order: "sideways"}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("bad order: %v", err)
+	}
+	res, err := cl.Resymbolize()
+	if err != nil || res.Reports != 4 || res.Regrouped != 0 {
+		t.Fatalf("%+v %v", res, err)
 	}
 }

@@ -33,6 +33,10 @@ type Reader interface {
 	Report(id string) (*ReportDetail, error)
 	// Releases lists the releases seen, oldest first.
 	Releases() ([]ReleaseInfo, error)
+	// Values lists every value of a facet across the groups (program,
+	// device, kernel, arch, release, attr:KEY), most reports first: the
+	// choices of a filter.
+	Values(facet string) ([]Facet, error)
 	// Resymbolize symbolizes again the reports whose frames lacked
 	// symbols, with the symbols there are now, and regroups them.
 	Resymbolize() (ResymbolizeResult, error)
@@ -559,6 +563,27 @@ func (c *Collector) Releases() ([]ReleaseInfo, error) {
 		}
 		r.FirstSeen, r.LastSeen = unix(first), unix(last)
 		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Values lists every value of a facet across the groups.
+func (c *Collector) Values(facet string) ([]Facet, error) {
+	rows, err := c.db.Query(`SELECT value, sum(count), min(first_seen), max(last_seen) FROM facets
+		WHERE facet = ? AND count > 0 GROUP BY value ORDER BY sum(count) DESC, value`, facet)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Facet{}
+	for rows.Next() {
+		var f Facet
+		var first, last int64
+		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
+			return nil, err
+		}
+		f.FirstSeen, f.LastSeen = unix(first), unix(last)
+		out = append(out, f)
 	}
 	return out, rows.Err()
 }
