@@ -144,7 +144,7 @@ type ReleaseInfo struct {
 	LastSeen  time.Time `json:"last_seen"`
 }
 
-func unix(s int64) time.Time { return time.Unix(s, 0).UTC() }
+func fromUnix(s int64) time.Time { return time.Unix(s, 0).UTC() }
 
 // groupsOrder are the orders Groups knows, as SQL.
 var groupsOrder = map[string]string{
@@ -210,7 +210,7 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 			rows.Close()
 			return nil, err
 		}
-		g.FirstSeen, g.LastSeen = unix(first), unix(last)
+		g.FirstSeen, g.LastSeen = fromUnix(first), fromUnix(last)
 		g.SignalName = report.SignalName(g.Signal)
 		out = append(out, g)
 	}
@@ -284,7 +284,7 @@ func (c *Collector) facets(group, facet, order string) ([]Facet, error) {
 		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
 			return nil, err
 		}
-		f.FirstSeen, f.LastSeen = unix(first), unix(last)
+		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -325,7 +325,7 @@ func (c *Collector) Group(id string) (*GroupDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.FirstSeen, g.LastSeen = unix(first), unix(last)
+	g.FirstSeen, g.LastSeen = fromUnix(first), fromUnix(last)
 	g.SignalName = report.SignalName(g.Signal)
 	newest, err := c.newestRelease()
 	if err != nil {
@@ -387,7 +387,7 @@ func scanInfo(sc interface{ Scan(...any) error }) (ReportInfo, error) {
 	var ri ReportInfo
 	var rec, seen int64
 	err := sc.Scan(&ri.ID, &rec, &seen, &ri.Device, &ri.Program, &ri.Arch, &ri.Kernel, &ri.Signal, &ri.Release, &ri.Group, &ri.Signature, &ri.Missing, &ri.Size)
-	ri.Received, ri.Seen = unix(rec), unix(seen)
+	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
 	ri.SignalName = report.SignalName(ri.Signal)
 	return ri, err
 }
@@ -451,7 +451,7 @@ func (c *Collector) Report(id string) (*ReportDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	ri.Received, ri.Seen = unix(rec), unix(seen)
+	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
 	ri.SignalName = report.SignalName(ri.Signal)
 	d := &ReportDetail{ReportInfo: ri}
 	json.Unmarshal([]byte(relJSON), &d.ReleaseInfo)
@@ -561,7 +561,7 @@ func (c *Collector) Releases() ([]ReleaseInfo, error) {
 		if err := rows.Scan(&r.Label, &r.Reports, &r.Groups, &first, &last); err != nil {
 			return nil, err
 		}
-		r.FirstSeen, r.LastSeen = unix(first), unix(last)
+		r.FirstSeen, r.LastSeen = fromUnix(first), fromUnix(last)
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -582,7 +582,7 @@ func (c *Collector) Values(facet string) ([]Facet, error) {
 		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
 			return nil, err
 		}
-		f.FirstSeen, f.LastSeen = unix(first), unix(last)
+		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -602,7 +602,7 @@ func (c *Collector) List() ([]receive.Stored, error) {
 		if err := rows.Scan(&s.ID, &s.Size, &rec); err != nil {
 			return nil, err
 		}
-		s.Received = unix(rec)
+		s.Received = fromUnix(rec)
 		out = append(out, s)
 	}
 	return out, rows.Err()
