@@ -627,3 +627,13 @@ func buildID(t *testing.T, ef *elf.File) string {
 	}
 	return fmt.Sprintf("%x", b[16:])
 }
+
+// TestMain removes the riscv64 guest's file tree that the lab tests
+// share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if riscvCores.root != "" {
+		os.RemoveAll(riscvCores.root)
+	}
+	os.Exit(code)
+}
