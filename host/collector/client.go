@@ -134,6 +134,7 @@ func (c *Client) Report(id string) (*ReportDetail, error) {
 	if err := c.get("GET", "/api/reports/"+url.PathEscape(id), &out); err != nil {
 		return nil, err
 	}
+	fixResult(out.Result)
 	return &out, nil
 }
 
@@ -141,6 +142,12 @@ func (c *Client) Report(id string) (*ReportDetail, error) {
 func (c *Client) Releases() ([]ReleaseInfo, error) {
 	var out []ReleaseInfo
 	return out, c.get("GET", "/api/releases", &out)
+}
+
+// Values asks GET /api/values/{facet}.
+func (c *Client) Values(facet string) ([]Facet, error) {
+	var out []Facet
+	return out, c.get("GET", "/api/values/"+url.PathEscape(facet), &out)
 }
 
 // Resymbolize asks POST /api/resymbolize.

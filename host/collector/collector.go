@@ -137,7 +137,7 @@ func Open(dir string, o Options) (*Collector, error) {
 	if o.Sysroot == "" {
 		o.Sysroot = filepath.Join(dir, "sysroot")
 	}
-	db, err := openDB(filepath.Join(dir, DBName))
+	db, err := openDB(filepath.Join(dir, DBName), synchronous)
 	if err != nil {
 		return nil, err
 	}
@@ -150,12 +150,17 @@ func Open(dir string, o Options) (*Collector, error) {
 	return c, nil
 }
 
+// synchronous is SQLite's synchronous setting: FULL, so that an
+// acknowledged report survives a power cut (docs/collector.md). The
+// benchmark compares it with NORMAL.
+var synchronous = "FULL"
+
 // openDB opens the SQLite file with the pragmas every connection needs.
-func openDB(path string) (*sql.DB, error) {
+func openDB(path, sync string) (*sql.DB, error) {
 	dsn := "file:" + path + "?" + strings.Join([]string{
 		"_pragma=busy_timeout(10000)",
 		"_pragma=journal_mode(WAL)",
-		"_pragma=synchronous(FULL)",
+		"_pragma=synchronous(" + sync + ")",
 		"_pragma=foreign_keys(1)",
 		"_pragma=auto_vacuum(INCREMENTAL)",
 		"_txlock=immediate",
@@ -281,6 +286,7 @@ type ingest struct {
 	sig                signature.Signature
 	group              string
 	missing            int
+	lacking            string
 }
 
 func (c *Collector) ingest(r *report.Report, raw []byte, res *symbolize.Result, frames []signature.Frame, sig signature.Signature, x reportExtras, received int64) *ingest {
@@ -308,7 +314,37 @@ func (c *Collector) ingest(r *report.Report, raw []byte, res *symbolize.Result, 
 			in.missing++
 		}
 	}
+	in.lacking = lacking(res)
 	return in
+}
+
+// lacking lists the GNU build ids of the modules whose crashed-thread
+// frames had no symbol, as " id1 id2 " (a LIKE '% id %' finds one).
+func lacking(res *symbolize.Result) string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range res.Threads {
+		if !t.Crashed {
+			continue
+		}
+		for _, f := range t.Frames {
+			if len(f.Locations) > 0 || f.Module < 0 || f.Module >= len(res.Report.Modules) {
+				continue
+			}
+			m := res.Report.Modules[f.Module]
+			id := strings.ToLower(m.BuildID)
+			if id == "" || m.BuildIDKind == "code" || seen[id] {
+				continue
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	if len(ids) == 0 {
+		return ""
+	}
+	return " " + strings.Join(ids, " ") + " "
 }
 
 // programOf names a report's program: its executable, else its comm.
@@ -349,10 +385,10 @@ func (c *Collector) insert(in *ingest) (bool, error) {
 		return false, err
 	}
 	_, err = tx.Exec(`INSERT INTO reports (id, received, seen, device, program, arch, kernel, signal, release,
-		group_id, signature, missing, raw, symbolized, size, release_json, attributes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		group_id, signature, missing, raw, symbolized, size, release_json, attributes, lacking)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		in.r.ID, in.received, in.seen, in.device, in.program, in.r.Arch, in.r.Kernel, in.r.Signal.Number, in.release,
-		in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs)
+		in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs, in.lacking)
 	if err != nil {
 		return false, err
 	}
@@ -427,3 +463,40 @@ func boolInt(b bool) int {
 }
 
 var _ receive.Sink = (*Collector)(nil)
+
+// Collect stores report files (.json.zst or .json, as unwound receive
+// writes them) into the collector in dir, creating it, and returns the
+// group each report is in, in order: what make demo calls with the report
+// it received, before telling the user how to look at it (unwound crashes
+// show GROUP --dir DIR, or unwound serve --dir DIR and its page).
+func Collect(dir string, o Options, files ...string) ([]Group, error) {
+	c, err := Open(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var out []Group
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return out, err
+		}
+		r, _, invalid, err := c.Put(data, "")
+		if invalid != nil {
+			return out, fmt.Errorf("%s: %w", f, invalid)
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		var group string
+		if err := c.db.QueryRow(`SELECT group_id FROM reports WHERE id = ?`, r.ID).Scan(&group); err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		g, err := c.Group(group)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, g.Group)
+	}
+	return out, nil
+}

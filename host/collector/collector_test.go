@@ -1,15 +1,18 @@
 package collector
 
 import (
-	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -262,7 +265,7 @@ func TestPruneKeepsCounts(t *testing.T) {
 // the new columns get their defaults, the day facets are backfilled.
 func TestMigrateFromV1(t *testing.T) {
 	dir := t.TempDir()
-	db, err := openDB(filepath.Join(dir, DBName))
+	db, err := openDB(filepath.Join(dir, DBName), synchronous)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,4 +341,67 @@ func TestConcurrentPuts(t *testing.T) {
 	}
 }
 
-var _ = sql.ErrNoRows
+// Collect puts report files into a collector and says their groups,
+// again without storing twice.
+func TestCollect(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(t.TempDir(), "r.json.zst")
+	if err := os.WriteFile(f, fake{id: 3, device: "demo", exe: "/usr/bin/crash", signal: 11, offset: 0x42}.encode(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		gs, err := Collect(filepath.Join(dir, "collector"), Options{}, f)
+		if err != nil || len(gs) != 1 || gs[0].Signature != "crash+0x42" || gs[0].Count != 1 {
+			t.Fatalf("%+v %v", gs, err)
+		}
+	}
+}
+
+// The API over HTTP answers what the Collector does: Client against API.
+func TestAPIClient(t *testing.T) {
+	c := open(t, t.TempDir(), Options{})
+	for i := 1; i <= 3; i++ {
+		put(t, c, fake{id: i, device: fmt.Sprintf("b%d", i), exe: "/usr/bin/gw", signal: 11, offset: 0x100, release: rel1, attrs: map[string]string{"hw_rev": "b"}})
+	}
+	put(t, c, fake{id: 9, device: "b9", exe: "/usr/bin/radiod", signal: 6, offset: 0x200, release: rel2})
+	srv := httptest.NewServer(receive.Guard("tok", API(c)))
+	defer srv.Close()
+	cl := &Client{URL: srv.URL, Token: "tok"}
+	gs, err := cl.Groups(Filter{Program: "gw"})
+	if err != nil || len(gs) != 1 || gs[0].Count != 3 || gs[0].Boards != 3 {
+		t.Fatalf("%+v %v", gs, err)
+	}
+	d, err := cl.Group(gs[0].ID)
+	if err != nil || len(d.Attributes["hw_rev"]) != 1 || d.Attributes["hw_rev"][0].Count != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	reps, err := cl.Reports(ReportQuery{Group: gs[0].ID, Limit: 2})
+	if err != nil || len(reps) != 2 {
+		t.Fatal(reps, err)
+	}
+	r, err := cl.Report(reps[0].ID)
+	if err != nil || r.Result == nil || len(r.Result.Report.Modules) != 1 || r.Result.Report.Modules[0].Path != "/usr/bin/gw" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	progs, err := cl.Values("program")
+	if err != nil || len(progs) != 2 || progs[0].Value != "/usr/bin/gw" || progs[0].Count != 3 {
+		t.Fatal(progs, err)
+	}
+	rels, err := cl.Releases()
+	if err != nil || len(rels) != 2 {
+		t.Fatal(rels, err)
+	}
+	if _, err := cl.Group("ffffffffffff"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown group: %v", err)
+	}
+	if _, err := (&Client{URL: srv.URL}).Groups(Filter{}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("no token: %v", err)
+	}
+	if _, err := cl.Groups(Filter{Order: "sideways"}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("bad order: %v", err)
+	}
+	res, err := cl.Resymbolize()
+	if err != nil || res.Reports != 4 || res.Regrouped != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
