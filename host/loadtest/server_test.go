@@ -118,6 +118,12 @@ func (s *server) post(t testing.TB, client *http.Client, body io.Reader, size in
 	if id != "" {
 		req.Header.Set("X-Unwound-Report-Id", id)
 	}
+	if size > 1<<20 {
+		// The answer to a body refused for its Content-Length comes
+		// before the body is sent, not while the client is still
+		// writing it into a closed connection.
+		req.Header.Set("Expect", "100-continue")
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Logf("post: %v", err)
