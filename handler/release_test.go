@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/regular"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -65,4 +67,32 @@ func TestReportReleaseAndAttributes(t *testing.T) {
 	if err != nil || r.Device != nil {
 		t.Errorf("no attributes configured: device %+v, %v", r.Device, err)
 	}
+}
+
+// BenchmarkOSRelease: what reading the release costs a crash (one
+// bounded read of the host's /etc/os-release, through its symlink, and
+// the parse), against reading the boot id, which every report already
+// does, in the same run.
+func BenchmarkOSRelease(b *testing.B) {
+	var rel, boot time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		for _, p := range osReleasePaths {
+			if data, err := regular.ReadFile(p, 8<<10); err == nil {
+				if report.ParseOSRelease(data) == nil {
+					b.Fatal("no release in", p)
+				}
+				break
+			}
+		}
+		rel += time.Since(start)
+		start = time.Now()
+		if readTrim("/proc/sys/kernel/random/boot_id") == "" {
+			b.Fatal("no boot id")
+		}
+		boot += time.Since(start)
+	}
+	b.ReportMetric(float64(rel.Nanoseconds())/float64(b.N), "ns/release")
+	b.ReportMetric(float64(boot.Nanoseconds())/float64(b.N), "ns/boot_id")
+	b.ReportMetric(float64(rel)/float64(boot), "release/boot_id")
 }
