@@ -44,6 +44,12 @@ func (s *Symbolizer) buildIDCandidates(m report.Module) []candidate {
 			for _, d := range s.opts.DebugDirs {
 				out = append(out, candidate{filepath.Join(d, ".build-id", id[:2], id[2:]+".debug"), "build-id"})
 			}
+			// The same tree's unstripped binaries, without the suffix
+			// (gdb reads .build-id/xx/rest for the executable; a
+			// symbol store keeps whichever file it was given).
+			for _, d := range s.opts.DebugDirs {
+				out = append(out, candidate{filepath.Join(d, ".build-id", id[:2], id[2:]), "build-id"})
+			}
 		}
 	}
 	if !strings.HasPrefix(p, "/") {
