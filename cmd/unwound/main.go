@@ -198,7 +198,7 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	}
 	// DEBUGINFOD_URLS, as gdb and elfutils read it: servers asked by
 	// build ID when no debug file is found on disk.
-	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv()})
+	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv(), IndexDir: symbolize.DefaultIndexDir()})
 	defer s.Close()
 	failed := 0
 	for i, name := range fs.Args() {

@@ -12,8 +12,12 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 )
 
@@ -29,6 +33,7 @@ type elfFile struct {
 	path string
 	f    *os.File // nil for in-memory files
 	ef   *elf.File
+	ra   io.ReaderAt // the file's bytes
 
 	buildID   []byte // NT_GNU_BUILD_ID
 	codeID    string // see codeID
@@ -74,7 +79,7 @@ func parseELF(r io.ReaderAt) (e *elfFile, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e = &elfFile{ef: ef}
+	e = &elfFile{ef: ef, ra: r}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_NOTE && e.buildID == nil && p.Filesz <= maxSection {
 			e.buildID = noteBuildID(p.Open(), p.Filesz, ef.ByteOrder)
@@ -325,3 +330,281 @@ func dwarfData(ef *elf.File) (d *dwarf.Data, err error) {
 
 // STT_GNU_IFUNC (elf.STT_GNU_IFUNC is Go 1.23+).
 const sttGNUIFunc = elf.SymType(10)
+
+// The DWARF sections debug/dwarf reads, by the name after ".debug_":
+// the four of dwarf.New and the DWARF 5 ones of Data.AddSection. The
+// others (.debug_loclists, .debug_frame, .debug_aranges…) are never read:
+// in a libc6-dbg file .debug_loclists alone is a quarter of the bytes.
+var (
+	dwarfNew   = []string{"abbrev", "info", "line", "ranges", "str"}
+	dwarfAdded = []string{"addr", "line_str", "str_offsets", "rnglists"}
+)
+
+// loadDWARF opens e's DWARF, reading only the sections a symbolizer
+// needs, and inflating compressed ones (SHF_COMPRESSED, zlib or zstd) with
+// klauspost/compress, which is faster than compress/zlib. Relocatable
+// objects and GNU .zdebug sections take debug/elf's own path.
+func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
+	ef := e.ef
+	if ef.Type == elf.ET_REL || e.ra == nil {
+		return dwarfData(ef)
+	}
+	secs := map[string]*elf.Section{}
+	compressed := false
+	for _, s := range ef.Sections {
+		if strings.HasPrefix(s.Name, ".zdebug_") {
+			return dwarfData(ef)
+		}
+		if strings.HasPrefix(s.Name, ".debug_") {
+			secs[s.Name[len(".debug_"):]] = s
+			compressed = compressed || s.Flags&elf.SHF_COMPRESSED != 0
+		}
+	}
+	cache := ""
+	if indexDir != "" && compressed && e.buildID != nil {
+		cache = filepath.Join(indexDir, indexKey(e.buildID, secs))
+	}
+	var dat map[string][]byte
+	if cache != "" {
+		dat = readIndex(cache)
+	}
+	cached := dat != nil
+	if !cached {
+		dat = map[string][]byte{}
+		for _, n := range append(dwarfNew[:len(dwarfNew):len(dwarfNew)], dwarfAdded...) {
+			s := secs[n]
+			if s == nil || s.Type == elf.SHT_NOBITS {
+				continue
+			}
+			b, err := sectionContents(e.ra, ef, s)
+			if err != nil {
+				return nil, fmt.Errorf("section %s: %w", s.Name, err)
+			}
+			dat[n] = b
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = nil, fmt.Errorf("malformed DWARF: %v", p)
+		}
+	}()
+	d, err = dwarf.New(dat["abbrev"], nil, nil, dat["info"], dat["line"], nil, dat["ranges"], dat["str"])
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range dwarfAdded {
+		if b := dat[n]; b != nil {
+			if err := d.AddSection(".debug_"+n, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if cache != "" && !cached {
+		writeIndex(cache, dat) // best effort: the next run inflates again
+	}
+	return d, nil
+}
+
+// The on-disk index keeps a debug file's DWARF sections inflated, so a
+// later process reads them instead of inflating them again, which is most
+// of a cold run's time. It is keyed by the GNU build ID and the sections'
+// headers (a debug file rebuilt differently gets a new entry): a
+// directory DIR/KEY/ with one file per section, written to a temporary
+// directory and renamed, so a reader sees all of it or nothing.
+func indexKey(buildID []byte, secs map[string]*elf.Section) string {
+	h := sha256.New()
+	for _, n := range append(dwarfNew[:len(dwarfNew):len(dwarfNew)], dwarfAdded...) {
+		if s := secs[n]; s != nil {
+			fmt.Fprintf(h, "%s %d %d %d %d\n", n, s.Offset, s.FileSize, s.Size, s.Flags)
+		}
+	}
+	return hex.EncodeToString(buildID) + "-" + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// maxIndexed bounds the bytes one index entry may hold.
+const maxIndexed = 1 << 30
+
+func readIndex(dir string) map[string][]byte {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	dat := map[string][]byte{}
+	total := int64(0)
+	for _, de := range ents {
+		n := de.Name()
+		if !knownSection(n) {
+			continue
+		}
+		info, err := de.Info()
+		if err != nil || info.Size() > maxSection {
+			return nil
+		}
+		if total += info.Size(); total > maxIndexed {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return nil
+		}
+		dat[n] = b
+	}
+	if dat["info"] == nil {
+		return nil
+	}
+	return dat
+}
+
+func knownSection(n string) bool {
+	for _, k := range dwarfNew {
+		if n == k {
+			return true
+		}
+	}
+	for _, k := range dwarfAdded {
+		if n == k {
+			return true
+		}
+	}
+	return false
+}
+
+func writeIndex(dir string, dat map[string][]byte) {
+	total := 0
+	for _, b := range dat {
+		total += len(b)
+	}
+	if total > maxIndexed {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
+	if err != nil {
+		return
+	}
+	defer os.RemoveAll(tmp)
+	for n, b := range dat {
+		if err := os.WriteFile(filepath.Join(tmp, n), b, 0o644); err != nil {
+			return
+		}
+	}
+	os.Chmod(tmp, 0o755)
+	os.Rename(tmp, dir) // fails harmlessly when another process won
+}
+
+// ELF compression types (ch_type of Elf_Chdr).
+const (
+	compressZlib = 1
+	compressZstd = 2
+)
+
+// sectionContents reads a section's bytes from r, inflated when the
+// section is SHF_COMPRESSED: an Elf32_Chdr or Elf64_Chdr (ch_type,
+// ch_size, ch_addralign) then the compressed stream (gABI, "Section
+// Compression"). The inflated size must be ch_size, at most maxSection.
+func sectionContents(r io.ReaderAt, ef *elf.File, s *elf.Section) ([]byte, error) {
+	size := s.FileSize
+	if size > maxSection {
+		return nil, fmt.Errorf("%d bytes", size)
+	}
+	raw := make([]byte, size)
+	if _, err := r.ReadAt(raw, int64(s.Offset)); err != nil {
+		return nil, err
+	}
+	if s.Flags&elf.SHF_COMPRESSED == 0 {
+		return raw, nil
+	}
+	return inflateSection(raw, ef.Class, ef.ByteOrder)
+}
+
+// inflateSection decodes a compressed section: header, then stream.
+func inflateSection(raw []byte, class elf.Class, order binary.ByteOrder) ([]byte, error) {
+	var typ uint32
+	var size uint64
+	var hdr int
+	switch class {
+	case elf.ELFCLASS64:
+		if len(raw) < 24 {
+			return nil, errors.New("short compression header")
+		}
+		typ, size, hdr = order.Uint32(raw), order.Uint64(raw[8:]), 24
+	case elf.ELFCLASS32:
+		if len(raw) < 12 {
+			return nil, errors.New("short compression header")
+		}
+		typ, size, hdr = order.Uint32(raw), uint64(order.Uint32(raw[4:])), 12
+	default:
+		return nil, fmt.Errorf("ELF class %v", class)
+	}
+	if size > maxSection {
+		return nil, fmt.Errorf("inflates to %d bytes", size)
+	}
+	var zr io.Reader
+	switch typ {
+	case compressZlib:
+		z, err := zlib.NewReader(bytes.NewReader(raw[hdr:]))
+		if err != nil {
+			return nil, err
+		}
+		defer z.Close()
+		zr = z
+	case compressZstd:
+		z, err := zstd.NewReader(bytes.NewReader(raw[hdr:]), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxSection))
+		if err != nil {
+			return nil, err
+		}
+		defer z.Close()
+		zr = z
+	default:
+		return nil, fmt.Errorf("compression type %d", typ)
+	}
+	out := make([]byte, size)
+	if _, err := io.ReadFull(zr, out); err != nil {
+		return nil, fmt.Errorf("inflating: %w", err)
+	}
+	return out, nil
+}
+
+// FileInfo is what a symbol store needs to know of an ELF file.
+type FileInfo struct {
+	BuildID   string // GNU build ID, lower-case hex; "" when none
+	HasDWARF  bool   // .debug_info with contents
+	HasCode   bool   // an executable segment with file bytes (not a .debug file)
+	Debuglink string // .gnu_debuglink file name, "" when none
+	LinkCRC   uint32 // and the CRC32 it wants
+}
+
+// Inspect reads an ELF file's identity with the symbolizer's own bounded
+// parser.
+func Inspect(path string) (FileInfo, error) {
+	e, err := openELF(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer e.Close()
+	fi := FileInfo{HasDWARF: e.hasDWARF}
+	if e.buildID != nil {
+		fi.BuildID = hex.EncodeToString(e.buildID)
+	}
+	if e.hasLink {
+		fi.Debuglink, fi.LinkCRC = e.link, e.linkCRC
+	}
+	for _, s := range e.ef.Sections {
+		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Type == elf.SHT_PROGBITS && s.Size > 0 {
+			fi.HasCode = true
+		}
+	}
+	if len(e.ef.Sections) == 0 {
+		for _, p := range e.ef.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Filesz > 0 {
+				fi.HasCode = true
+			}
+		}
+	}
+	return fi, nil
+}
+
+// FileCRC is the .gnu_debuglink CRC32 of a file.
+func FileCRC(path string) (uint32, error) { return fileCRC(path) }

@@ -211,19 +211,18 @@ func (s *Symbolizer) load(m report.Module) *module {
 		mod.notes = append(mod.notes, "unverified: the report has no build id")
 	}
 	if mod.debug != nil {
-		d, err := dwarfData(mod.debug.ef)
+		d, err := loadDWARF(mod.debug, s.opts.IndexDir)
 		if err != nil {
 			mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
 		} else {
-			ix, err := buildIndex(d)
+			ix, err := newIndex(d)
 			if err != nil {
 				mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
 			}
 			mod.dwarf = ix
 		}
 	}
-	mod.syms = collectSymbols(mod.files...)
-	if mod.dwarf == nil && len(mod.syms.syms) == 0 {
+	if mod.dwarf == nil && len(mod.symbols().syms) == 0 {
 		mod.status = s.noInfo(m, mismatches)
 		if bin != nil {
 			mod.status = fmt.Sprintf("no debug info for %s build-id %s, stripped", m.Path, short(m.BuildID))

@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/binary"
 	"os"
 	"os/exec"
@@ -38,6 +39,8 @@ func FuzzSymbolizeELF(f *testing.F) {
 		parseDebuglink(data, binary.LittleEndian)
 		noteBuildID(bytes.NewReader(data), uint64(len(data)), binary.BigEndian)
 		miniDebugInfo(data)
+		inflateSection(data, elf.ELFCLASS64, binary.LittleEndian)
+		inflateSection(data, elf.ELFCLASS32, binary.BigEndian)
 		e, err := parseELF(bytes.NewReader(data))
 		if err != nil {
 			return
@@ -45,8 +48,8 @@ func FuzzSymbolizeELF(f *testing.F) {
 		mod := &module{files: []*elfFile{e}}
 		mod.syms = collectSymbols(e)
 		if e.hasDWARF {
-			if d, err := dwarfData(e.ef); err == nil {
-				mod.dwarf, _ = buildIndex(d)
+			if d, err := loadDWARF(e, ""); err == nil {
+				mod.dwarf, _ = newIndex(d)
 			}
 		}
 		for _, a := range []uint64{0, 1, 0x1000, 0x1139, 0x401000, ^uint64(0)} {
