@@ -5,7 +5,9 @@
 //	unwound receive --port DEV [--baud N] --out DIR [--follow] [--count N] [--idle D]
 //	unwound serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
 //	unwound extract [--out DIR] [FILE] < console.log
-//	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbols add [--store DIR | --dir DIR] [-v] PATH...
+//	unwound symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
 //	unwound minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
 package main
 
@@ -41,6 +43,8 @@ func main() {
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
+	case "symbols":
+		err = symbolsCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
 		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":
@@ -70,9 +74,14 @@ commands:
                                         receive reports over HTTP(S); GET /reports lists them
   extract [--out DIR] [FILE] < LOG      recover 'unwound-uploader dump' reports from a console log;
                                         prints the =UNWOUND-ACK lines the board's dump --remove takes
-  symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+  symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
                                         (DEBUGINFOD_URLS: also ask these debuginfod servers)
+  symbols add [--store DIR | --dir DIR] [-v] PATH...
+                                        index debug files by build ID into a symbol store: Yocto
+                                        build dirs, Buildroot output/, files, .debug pairs
+  symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
+                                        serve a symbol store over debuginfod (/buildid/ID/debuginfo)
   minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
                                         add MiniDebugInfo (.gnu_debugdata) to a stripped file: the
                                         symbols .dynsym lacks and the .debug_frame no loaded
@@ -181,6 +190,7 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	fs.Var(&dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug); repeatable; default SYSROOT/usr/lib/debug")
 	sysroot := fs.String("sysroot", "/", "the target's root filesystem `dir`: report paths are looked up under it")
 	format := fs.String("format", "text", "output `format`: text or json")
+	storeDir := storeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -195,6 +205,13 @@ func symbolizeCmd(args []string, w io.Writer) error {
 		if st, err := os.Stat(d); err == nil && st.IsDir() {
 			dirs = append(dirs, d)
 		}
+	}
+	if d := storeDir(); d != "" {
+		// A symbol store is a build-id tree: searched first.
+		if _, err := os.Stat(d); err != nil {
+			return fmt.Errorf("symbolize: store: %w", err)
+		}
+		dirs = append(multiFlag{d}, dirs...)
 	}
 	// DEBUGINFOD_URLS, as gdb and elfutils read it: servers asked by
 	// build ID when no debug file is found on disk.

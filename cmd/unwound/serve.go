@@ -4,11 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/unwound-dev/unwound/host/receive"
+	"github.com/unwound-dev/unwound/host/symstore"
 )
 
 // serve is an HTTP receiver: what unwound-uploader's HTTP transport posts to.
@@ -29,6 +32,12 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	// The collector's symbol store, served over debuginfod beside it.
+	syms, err := symstore.Open(filepath.Join(*out, "symbols"))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	o.Mount = map[string]http.Handler{"/buildid/": syms.Handler(o.Token)}
 	o.Log = func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "unwound serve: "+format+"\n", args...)
 	}

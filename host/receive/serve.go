@@ -28,6 +28,9 @@ type ServeOptions struct {
 	// CA in this PEM bundle (mutual TLS).
 	ClientCA string
 	Log      func(format string, args ...any)
+	// Mount adds handlers by path prefix ("/buildid/": the symbol
+	// store's debuginfod) beside the receiver.
+	Mount map[string]http.Handler
 }
 
 // Serve is an HTTP receiver, what unwound-uploader's HTTP transport posts
@@ -43,8 +46,17 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	h := Handler(st, o.Token, o.Log)
+	if len(o.Mount) > 0 {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		for prefix, mh := range o.Mount {
+			mux.Handle(prefix, mh)
+		}
+		h = mux
+	}
 	srv := &http.Server{
-		Handler:           Handler(st, o.Token, o.Log),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 	}
