@@ -244,6 +244,7 @@ func BenchmarkColdProcess(b *testing.B) {
 	b.ReportMetric(ms(a2l), "addr2line-cpu-ms")
 	b.ReportMetric(ms(cold)/ms(a2l), "cold/addr2line-cpu")
 	b.ReportMetric(mib(cold), "cold-MiB")
+	b.ReportMetric(mib(warm), "warm-MiB")
 	b.ReportMetric(mib(a2l), "addr2line-MiB")
 	if llvm != "" {
 		b.ReportMetric(ms(llv), "llvm-cpu-ms")
