@@ -54,6 +54,13 @@ type dwarfIndex struct {
 	fileIdx map[string]int32
 	names   map[dwarf.Offset]nameInfo
 	entries int // DIEs read so far, bounded by maxEntries
+
+	// With .debug_aranges (units.go): the sections, the unit headers,
+	// and which units ix.d has; nil once every unit is in ix.d.
+	ds      *dwarfSections
+	hdrs    []unitHeader
+	enabled []bool
+	full    bool // readAll was tried
 }
 
 // unitSpan is one address range of a unit.
@@ -188,8 +195,18 @@ func (ix *dwarfIndex) find(addr uint64) (u *unitIndex, row lineRow, hasLine bool
 		return hasLine || len(chain) > 0
 	}
 	for _, k := range ix.unitsAt(addr) {
+		if ix.enable(int(k)) != nil {
+			continue
+		}
 		if try(k) {
 			return
+		}
+	}
+	if ix.hdrs != nil && !ix.full {
+		// Not in .debug_aranges: read every unit's entry, and look again.
+		ix.full = true
+		if ix.readAll() == nil {
+			return ix.find(addr)
 		}
 	}
 	// Units without ranges (rare: some assembler output) are read only
@@ -442,6 +459,12 @@ func (ix *dwarfIndex) entry(off dwarf.Offset) (ni nameInfo, ok bool) {
 			ok = false
 		}
 	}()
+	if ix.hdrs != nil {
+		k := ix.unitOf(uint64(off))
+		if k < 0 || ix.enable(k) != nil {
+			return nameInfo{}, false
+		}
+	}
 	ix.r.Seek(off)
 	e, err := ix.r.Next()
 	if err != nil || e == nil || e.Offset != off {

@@ -332,28 +332,36 @@ func dwarfData(ef *elf.File) (d *dwarf.Data, err error) {
 const sttGNUIFunc = elf.SymType(10)
 
 // The DWARF sections debug/dwarf reads, by the name after ".debug_":
-// the four of dwarf.New and the DWARF 5 ones of Data.AddSection. The
-// others (.debug_loclists, .debug_frame, .debug_aranges…) are never read:
+// the four of dwarf.New and the DWARF 5 ones of Data.AddSection, and
+// .debug_aranges, which we read. The others (.debug_loclists,
+// .debug_frame…) are never read:
 // in a libc6-dbg file .debug_loclists alone is a quarter of the bytes.
 var (
 	dwarfNew   = []string{"abbrev", "info", "line", "ranges", "str"}
 	dwarfAdded = []string{"addr", "line_str", "str_offsets", "rnglists"}
 )
 
-// loadDWARF opens e's DWARF, reading only the sections a symbolizer
-// needs, and inflating compressed ones (SHF_COMPRESSED, zlib or zstd) with
-// klauspost/compress, which is faster than compress/zlib. Relocatable
-// objects and GNU .zdebug sections take debug/elf's own path.
-func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
+// openIndex opens e's DWARF index, reading only the sections a
+// symbolizer needs, and inflating compressed ones (SHF_COMPRESSED, zlib or
+// zstd) with klauspost/compress, which is faster than compress/zlib.
+// Relocatable objects and GNU .zdebug sections take debug/elf's own path.
+func openIndex(e *elfFile, indexDir string) (*dwarfIndex, error) {
 	ef := e.ef
+	full := func() (*dwarfIndex, error) {
+		d, err := dwarfData(ef)
+		if err != nil {
+			return nil, err
+		}
+		return newIndex(d)
+	}
 	if ef.Type == elf.ET_REL || e.ra == nil {
-		return dwarfData(ef)
+		return full()
 	}
 	secs := map[string]*elf.Section{}
 	compressed := false
 	for _, s := range ef.Sections {
 		if strings.HasPrefix(s.Name, ".zdebug_") {
-			return dwarfData(ef)
+			return full()
 		}
 		if strings.HasPrefix(s.Name, ".debug_") {
 			secs[s.Name[len(".debug_"):]] = s
@@ -371,7 +379,7 @@ func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
 	cached := dat != nil
 	if !cached {
 		dat = map[string][]byte{}
-		for _, n := range append(dwarfNew[:len(dwarfNew):len(dwarfNew)], dwarfAdded...) {
+		for _, n := range dwarfSectionNames() {
 			s := secs[n]
 			if s == nil || s.Type == elf.SHT_NOBITS {
 				continue
@@ -382,12 +390,36 @@ func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
 			}
 			dat[n] = b
 		}
+		if cache != "" {
+			writeIndex(cache, dat) // best effort: the next run inflates again
+		}
 	}
+	ds := &dwarfSections{dat: dat, order: ef.ByteOrder}
+	if ix := arangesIndex(ds); ix != nil {
+		return ix, nil
+	}
+	d, err := ds.data()
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(d)
+}
+
+// dwarfSections are a debug file's DWARF sections, inflated, by the name
+// after ".debug_".
+type dwarfSections struct {
+	dat   map[string][]byte
+	order binary.ByteOrder
+}
+
+// data makes a dwarf.Data of the sections as they are now.
+func (s *dwarfSections) data() (d *dwarf.Data, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = nil, fmt.Errorf("malformed DWARF: %v", p)
 		}
 	}()
+	dat := s.dat
 	d, err = dwarf.New(dat["abbrev"], nil, nil, dat["info"], dat["line"], nil, dat["ranges"], dat["str"])
 	if err != nil {
 		return nil, err
@@ -399,10 +431,14 @@ func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
 			}
 		}
 	}
-	if cache != "" && !cached {
-		writeIndex(cache, dat) // best effort: the next run inflates again
-	}
 	return d, nil
+}
+
+func dwarfSectionNames() []string {
+	var out []string
+	out = append(out, dwarfNew...)
+	out = append(out, dwarfAdded...)
+	return append(out, "aranges")
 }
 
 // The on-disk index keeps a debug file's DWARF sections inflated, so a
@@ -413,7 +449,7 @@ func loadDWARF(e *elfFile, indexDir string) (d *dwarf.Data, err error) {
 // directory and renamed, so a reader sees all of it or nothing.
 func indexKey(buildID []byte, secs map[string]*elf.Section) string {
 	h := sha256.New()
-	for _, n := range append(dwarfNew[:len(dwarfNew):len(dwarfNew)], dwarfAdded...) {
+	for _, n := range dwarfSectionNames() {
 		if s := secs[n]; s != nil {
 			fmt.Fprintf(h, "%s %d %d %d %d\n", n, s.Offset, s.FileSize, s.Size, s.Flags)
 		}
@@ -456,12 +492,7 @@ func readIndex(dir string) map[string][]byte {
 }
 
 func knownSection(n string) bool {
-	for _, k := range dwarfNew {
-		if n == k {
-			return true
-		}
-	}
-	for _, k := range dwarfAdded {
+	for _, k := range dwarfSectionNames() {
 		if n == k {
 			return true
 		}

@@ -211,16 +211,11 @@ func (s *Symbolizer) load(m report.Module) *module {
 		mod.notes = append(mod.notes, "unverified: the report has no build id")
 	}
 	if mod.debug != nil {
-		d, err := loadDWARF(mod.debug, s.opts.IndexDir)
+		ix, err := openIndex(mod.debug, s.opts.IndexDir)
 		if err != nil {
 			mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
-		} else {
-			ix, err := newIndex(d)
-			if err != nil {
-				mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
-			}
-			mod.dwarf = ix
 		}
+		mod.dwarf = ix
 	}
 	if mod.dwarf == nil && len(mod.symbols().syms) == 0 {
 		mod.status = s.noInfo(m, mismatches)

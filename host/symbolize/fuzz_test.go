@@ -48,8 +48,8 @@ func FuzzSymbolizeELF(f *testing.F) {
 		mod := &module{files: []*elfFile{e}}
 		mod.syms = collectSymbols(e)
 		if e.hasDWARF {
-			if d, err := loadDWARF(e, ""); err == nil {
-				mod.dwarf, _ = newIndex(d)
+			if ix, _ := openIndex(e, ""); ix != nil {
+				mod.dwarf = ix
 			}
 		}
 		for _, a := range []uint64{0, 1, 0x1000, 0x1139, 0x401000, ^uint64(0)} {
