@@ -58,9 +58,11 @@ type dwarfIndex struct {
 	// With .debug_aranges (units.go): the sections, the unit headers,
 	// and which units ix.d has; nil once every unit is in ix.d.
 	ds      *dwarfSections
-	hdrs    []unitHeader
-	enabled []bool
-	full    bool // readAll was tried
+	hdrs    []unitHeader // walked so far, in order
+	enabled []bool       // by header
+	byHdr   map[uint64]int32
+	lineEnd uint64 // .debug_line given to dwarf.New
+	full    bool   // readAll was tried
 }
 
 // unitSpan is one address range of a unit.
@@ -74,7 +76,9 @@ type unitSpan struct {
 // sequences are not in address order, as with gcc -O2's .text.startup)
 // and its function scopes with their inlined calls.
 type unitIndex struct {
-	off    dwarf.Offset
+	off    dwarf.Offset // of its unit entry
+	hdr    uint64       // aranges index: the header's offset
+	hdrIdx int          // and 1 + its index in dwarfIndex.hdrs, once walked
 	loaded bool
 	err    error
 	rows   []lineRow
@@ -195,14 +199,14 @@ func (ix *dwarfIndex) find(addr uint64) (u *unitIndex, row lineRow, hasLine bool
 		return hasLine || len(chain) > 0
 	}
 	for _, k := range ix.unitsAt(addr) {
-		if ix.enable(int(k)) != nil {
+		if ix.byHdr != nil && ix.enableUnit(k) != nil {
 			continue
 		}
 		if try(k) {
 			return
 		}
 	}
-	if ix.hdrs != nil && !ix.full {
+	if ix.byHdr != nil && !ix.full {
 		// Not in .debug_aranges: read every unit's entry, and look again.
 		ix.full = true
 		if ix.readAll() == nil {
@@ -459,11 +463,8 @@ func (ix *dwarfIndex) entry(off dwarf.Offset) (ni nameInfo, ok bool) {
 			ok = false
 		}
 	}()
-	if ix.hdrs != nil {
-		k := ix.unitOf(uint64(off))
-		if k < 0 || ix.enable(k) != nil {
-			return nameInfo{}, false
-		}
+	if ix.byHdr != nil && ix.enableAt(uint64(off)) != nil {
+		return nameInfo{}, false
 	}
 	ix.r.Seek(off)
 	e, err := ix.r.Next()

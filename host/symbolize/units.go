@@ -10,16 +10,18 @@ import (
 
 // Reading a few units of a large file. dwarf.New parses the abbreviation
 // table of every unit in .debug_info (in libc6-dbg, a table per unit, a
-// megabyte in all) and the unit address table needs every unit's first
-// entry: a fifth of a cold run. When the file has a .debug_aranges, the
-// address table comes from it, and dwarf.New sees only the units a lookup
-// needs with their own tables: every other unit's header points at one of
-// those tables (we patch the abbreviation offset in our inflated copy of
-// .debug_info), so its table is never parsed, and its entries are never
-// read. A unit is enabled, and dwarf.Data made again, when a PC falls in
-// it or a name refers into it. A PC that .debug_aranges does not cover
-// (an incomplete table) turns the index back to reading every unit's
-// entry, as without .debug_aranges.
+// megabyte in all), the unit address table needs every unit's first
+// entry, and both need all of .debug_info inflated: most of a cold run.
+// When the file has a .debug_aranges, the address table comes from it;
+// .debug_info and .debug_line are inflated only up to the last unit a
+// lookup needs (a deflate stream is read from its start), and dwarf.New
+// sees the units up to there with only the needed ones' own tables: every
+// other unit's header points at one of those tables (we patch the
+// abbreviation offset in our inflated copy), so its table is never
+// parsed and its entries never read. A unit is enabled, and dwarf.Data
+// made again, when a PC falls in it or a name refers into it. A PC that
+// .debug_aranges does not cover (an incomplete table) turns the index
+// back to reading every unit's entry, as without .debug_aranges.
 
 // unitHeader is one unit header in .debug_info (DWARF 5 §7.5.1; DWARF 2-4
 // §7.5.1.1): where it is and where its abbreviation offset is.
@@ -31,74 +33,69 @@ type unitHeader struct {
 	abbrev    uint64 // the field's value
 }
 
-// unitHeaders walks the unit headers of .debug_info.
-func unitHeaders(info []byte, order binary.ByteOrder) ([]unitHeader, error) {
-	var out []unitHeader
-	n := uint64(len(info))
-	for off := uint64(0); off < n; {
-		if len(out) >= maxUnits {
-			return nil, errors.New("too many units")
-		}
-		h := unitHeader{off: off}
-		if n-off < 4 {
-			return nil, fmt.Errorf("unit at %#x: short header", off)
-		}
-		length, p := uint64(order.Uint32(info[off:])), off+4
-		switch {
-		case length == 0xffffffff:
-			if n-p < 8 {
-				return nil, fmt.Errorf("unit at %#x: short header", off)
-			}
-			length, p, h.wide = order.Uint64(info[p:]), p+8, true
-		case length >= 0xfffffff0:
-			return nil, fmt.Errorf("unit at %#x: reserved length %#x", off, length)
-		}
-		if length > n-p {
-			return nil, fmt.Errorf("unit at %#x: length %#x past the section", off, length)
-		}
-		h.end = p + length
-		need := uint64(2 + 2 + 4)
-		if h.wide {
-			need += 4
-		}
-		if length < need {
-			return nil, fmt.Errorf("unit at %#x: short header", off)
-		}
-		version := order.Uint16(info[p:])
-		p += 2
-		offsz := uint64(4)
-		if h.wide {
-			offsz = 8
-		}
-		var extra uint64 // after debug_abbrev_offset
-		switch {
-		case version == 5:
-			switch info[p] { // unit_type
-			case 0x04, 0x05: // skeleton, split_compile: dwo_id
-				extra = 8
-			case 0x02, 0x06: // type, split_type: signature, type_offset
-				extra = 8 + offsz
-			}
-			p += 2 // unit_type, address_size
-		case version >= 2 && version <= 4:
-			extra = 1 // address_size
-		default:
-			return nil, fmt.Errorf("unit at %#x: version %d", off, version)
-		}
-		h.abbrevPos = p
-		if h.wide {
-			h.abbrev = order.Uint64(info[p:])
-		} else {
-			h.abbrev = uint64(order.Uint32(info[p:]))
-		}
-		h.die = p + offsz + extra
-		if h.die > h.end {
-			return nil, fmt.Errorf("unit at %#x: short header", off)
-		}
-		out = append(out, h)
-		off = h.end
+// maxUnitHeader is the longest unit header: 64-bit DWARF 5 type unit.
+const maxUnitHeader = 12 + 2 + 2 + 8 + 8 + 8
+
+// parseUnitHeader reads the unit header at off; b holds at least its
+// first maxUnitHeader bytes, or the rest of the section.
+func parseUnitHeader(b []byte, off uint64, order binary.ByteOrder) (unitHeader, error) {
+	h := unitHeader{off: off}
+	n := uint64(len(b))
+	if off > n || n-off < 4 {
+		return h, fmt.Errorf("unit at %#x: short header", off)
 	}
-	return out, nil
+	length, p := uint64(order.Uint32(b[off:])), off+4
+	switch {
+	case length == 0xffffffff:
+		if n-p < 8 {
+			return h, fmt.Errorf("unit at %#x: short header", off)
+		}
+		length, p, h.wide = order.Uint64(b[p:]), p+8, true
+	case length >= 0xfffffff0:
+		return h, fmt.Errorf("unit at %#x: reserved length %#x", off, length)
+	}
+	if length > all-p {
+		return h, fmt.Errorf("unit at %#x: length %#x", off, length)
+	}
+	h.end = p + length
+	offsz := uint64(4)
+	if h.wide {
+		offsz = 8
+	}
+	if length < 2+2+offsz || n-p < 2+2+offsz {
+		return h, fmt.Errorf("unit at %#x: short header", off)
+	}
+	version := order.Uint16(b[p:])
+	p += 2
+	var extra uint64 // after debug_abbrev_offset
+	switch {
+	case version == 5:
+		switch b[p] { // unit_type
+		case 0x04, 0x05: // skeleton, split_compile: dwo_id
+			extra = 8
+		case 0x02, 0x06: // type, split_type: signature, type_offset
+			extra = 8 + offsz
+		}
+		p += 2 // unit_type, address_size
+	case version >= 2 && version <= 4:
+		extra = 1 // address_size
+	default:
+		return h, fmt.Errorf("unit at %#x: version %d", off, version)
+	}
+	if n-p < offsz {
+		return h, fmt.Errorf("unit at %#x: short header", off)
+	}
+	h.abbrevPos = p
+	if h.wide {
+		h.abbrev = order.Uint64(b[p:])
+	} else {
+		h.abbrev = uint64(order.Uint32(b[p:]))
+	}
+	h.die = p + offsz + extra
+	if h.die > h.end {
+		return h, fmt.Errorf("unit at %#x: short header", off)
+	}
+	return h, nil
 }
 
 // arange is one address range of .debug_aranges and its unit's offset.
@@ -179,62 +176,135 @@ func parseAranges(b []byte, order binary.ByteOrder) ([]arange, error) {
 }
 
 // arangesIndex returns an index whose address table is .debug_aranges,
-// nil when the file has none usable.
+// nil when the file has none usable. Units are numbered as .debug_aranges
+// names them; their headers are read when they are enabled.
 func arangesIndex(ds *dwarfSections) *dwarfIndex {
-	ar, err := parseAranges(ds.dat["aranges"], ds.order)
-	if err != nil || len(ar) == 0 {
+	ar, err := parseAranges(ds.bytes("aranges", all), ds.order)
+	if err != nil || len(ar) == 0 || ds.sec["info"] == nil {
 		return nil
 	}
-	hdrs, err := unitHeaders(ds.dat["info"], ds.order)
-	if err != nil || len(hdrs) == 0 {
-		return nil
-	}
-	ix := &dwarfIndex{ds: ds, hdrs: hdrs, enabled: make([]bool, len(hdrs)), fileIdx: map[string]int32{}, names: map[dwarf.Offset]nameInfo{}}
-	for _, h := range hdrs {
-		ix.units = append(ix.units, &unitIndex{off: dwarf.Offset(h.die)})
-	}
+	ix := &dwarfIndex{ds: ds, byHdr: map[uint64]int32{}, fileIdx: map[string]int32{}, names: map[dwarf.Offset]nameInfo{}}
 	for _, a := range ar {
-		k := ix.unitOf(a.unit)
-		if k < 0 || hdrs[k].off != a.unit {
-			return nil // not a unit's start: do not trust the table
+		k, ok := ix.byHdr[a.unit]
+		if !ok {
+			k = int32(len(ix.units))
+			ix.units = append(ix.units, &unitIndex{hdr: a.unit})
+			ix.byHdr[a.unit] = k
 		}
-		ix.spans = append(ix.spans, unitSpan{a.lo, a.hi, int32(k)})
+		ix.spans = append(ix.spans, unitSpan{a.lo, a.hi, k})
 	}
 	ix.sortSpans()
 	return ix
 }
 
-// unitOf returns the unit holding info offset off, -1 for none.
-func (ix *dwarfIndex) unitOf(off uint64) int {
-	i := sort.Search(len(ix.hdrs), func(i int) bool { return ix.hdrs[i].off > off }) - 1
-	if i < 0 || off >= ix.hdrs[i].end {
-		return -1
+// walkTo reads unit headers until the one holding info offset off (and
+// inflates .debug_info that far); it returns that header's index.
+func (ix *dwarfIndex) walkTo(off uint64) (int, error) {
+	info := ix.ds.sec["info"]
+	for {
+		if n := len(ix.hdrs); n > 0 && off < ix.hdrs[n-1].end {
+			i := sort.Search(n, func(i int) bool { return ix.hdrs[i].off > off }) - 1
+			if i < 0 {
+				return -1, fmt.Errorf("offset %#x: no unit", off)
+			}
+			return i, nil
+		}
+		if len(ix.hdrs) >= maxUnits {
+			return -1, errors.New("too many units")
+		}
+		next := uint64(0)
+		if n := len(ix.hdrs); n > 0 {
+			next = ix.hdrs[n-1].end
+		}
+		b := info.upTo(next + maxUnitHeader)
+		if next >= uint64(len(b)) {
+			return -1, fmt.Errorf("offset %#x: past .debug_info", off)
+		}
+		h, err := parseUnitHeader(b, next, ix.ds.order)
+		if err != nil {
+			return -1, err
+		}
+		if b = info.upTo(h.end); uint64(len(b)) < h.end {
+			return -1, fmt.Errorf("unit at %#x: past .debug_info", h.off)
+		}
+		ix.hdrs = append(ix.hdrs, h)
+		ix.enabled = append(ix.enabled, false)
 	}
-	return i
 }
 
-// enable makes sure the units k are in ix.d, making it again if not.
-func (ix *dwarfIndex) enable(ks ...int) error {
-	if ix.hdrs == nil {
-		return nil // every unit is in ix.d
+// enableUnit makes sure unit k (numbered by arangesIndex) is in ix.d.
+func (ix *dwarfIndex) enableUnit(k int32) error {
+	u := ix.units[k]
+	if u.hdrIdx > 0 {
+		return ix.enable(u.hdrIdx - 1)
 	}
-	more := false
-	for _, k := range ks {
-		if k >= 0 && !ix.enabled[k] {
-			ix.enabled[k] = true
-			more = true
-		}
+	i, err := ix.walkTo(u.hdr)
+	if err != nil {
+		return err
 	}
-	if !more && ix.d != nil {
+	if ix.hdrs[i].off != u.hdr {
+		return fmt.Errorf(".debug_aranges names %#x, not a unit", u.hdr)
+	}
+	u.hdrIdx, u.off = i+1, dwarf.Offset(ix.hdrs[i].die)
+	return ix.enable(i)
+}
+
+// enableAt makes sure the unit holding info offset off is in ix.d.
+func (ix *dwarfIndex) enableAt(off uint64) error {
+	i, err := ix.walkTo(off)
+	if err != nil {
+		return err
+	}
+	return ix.enable(i)
+}
+
+// enable makes sure header i's unit is in ix.d, making it again if not,
+// with .debug_line inflated as far as the unit's line program.
+func (ix *dwarfIndex) enable(i int) error {
+	if ix.enabled[i] && ix.d != nil {
 		return nil
 	}
-	return ix.remake()
+	ix.enabled[i] = true
+	if err := ix.remake(); err != nil {
+		return err
+	}
+	r := ix.d.Reader()
+	r.Seek(dwarf.Offset(ix.hdrs[i].die))
+	cu, err := r.Next()
+	if err != nil || cu == nil {
+		return err
+	}
+	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok && off >= 0 {
+		line := ix.ds.sec["line"]
+		if line == nil {
+			return nil
+		}
+		o := uint64(off)
+		b := line.upTo(o + 12)
+		if o+4 > uint64(len(b)) {
+			return nil // LineReader says what is wrong
+		}
+		end, l := o+4, uint64(ix.ds.order.Uint32(b[o:]))
+		if l == 0xffffffff && o+12 <= uint64(len(b)) {
+			end, l = o+12, ix.ds.order.Uint64(b[o+4:])
+		}
+		if l > all-end {
+			return nil
+		}
+		if end += l; end > ix.lineEnd {
+			line.upTo(end)
+			ix.lineEnd = end
+			return ix.remake()
+		}
+	}
+	return nil
 }
 
 // remake patches the abbreviation offsets of the units not enabled to the
-// table of the first enabled unit, and makes dwarf.Data again.
+// table of an enabled unit, and makes dwarf.Data again of the units
+// walked so far.
 func (ix *dwarfIndex) remake() error {
-	info := ix.ds.dat["info"]
+	info := ix.ds.sec["info"].buf
 	sub := uint64(0)
 	for k, on := range ix.enabled {
 		if on {
@@ -253,7 +323,11 @@ func (ix *dwarfIndex) remake() error {
 			ix.ds.order.PutUint32(info[h.abbrevPos:], uint32(v))
 		}
 	}
-	d, err := ix.ds.data()
+	end := uint64(0)
+	if n := len(ix.hdrs); n > 0 {
+		end = ix.hdrs[n-1].end
+	}
+	d, err := ix.ds.data(end, ix.lineEnd)
 	if err != nil {
 		return err
 	}
@@ -264,18 +338,27 @@ func (ix *dwarfIndex) remake() error {
 // readAll turns an aranges index into one that read every unit's entry:
 // for PCs .debug_aranges does not cover.
 func (ix *dwarfIndex) readAll() error {
+	if _, err := ix.walkTo(all - 1); err != nil && uint64(len(ix.ds.sec["info"].upTo(all))) != ix.walkedEnd() {
+		return err
+	}
 	for k := range ix.enabled {
 		ix.enabled[k] = true
 	}
+	if l := ix.ds.sec["line"]; l != nil {
+		l.upTo(all)
+	}
+	ix.lineEnd = all
 	if err := ix.remake(); err != nil {
 		return err
 	}
-	ix.hdrs, ix.enabled = nil, nil
+	ix.hdrs, ix.enabled, ix.byHdr = nil, nil, nil
 	full, err := newIndex(ix.d)
 	// Units already read stay; the address table is the full one.
 	byOff := map[dwarf.Offset]*unitIndex{}
 	for _, u := range ix.units {
-		byOff[u.off] = u
+		if u.loaded {
+			byOff[u.off] = u
+		}
 	}
 	for i, u := range full.units {
 		if old, ok := byOff[u.off]; ok {
@@ -284,4 +367,11 @@ func (ix *dwarfIndex) readAll() error {
 	}
 	ix.units, ix.spans, ix.maxHi, ix.loose = full.units, full.spans, full.maxHi, full.loose
 	return err
+}
+
+func (ix *dwarfIndex) walkedEnd() uint64 {
+	if n := len(ix.hdrs); n > 0 {
+		return ix.hdrs[n-1].end
+	}
+	return 0
 }
