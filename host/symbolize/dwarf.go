@@ -57,12 +57,13 @@ type dwarfIndex struct {
 
 	// With .debug_aranges (units.go): the sections, the unit headers,
 	// and which units ix.d has; nil once every unit is in ix.d.
-	ds      *dwarfSections
-	hdrs    []unitHeader // walked so far, in order
-	enabled []bool       // by header
-	byHdr   map[uint64]int32
-	lineEnd uint64 // .debug_line given to dwarf.New
-	full    bool   // readAll was tried
+	ds         *dwarfSections
+	hdrs       []unitHeader // walked so far, in order
+	enabled    []bool       // by header
+	byHdr      map[uint64]int32
+	lineEnd    uint64            // .debug_line given to dwarf.New
+	abbrevEnds map[uint64]uint64 // where the tables at these offsets end
+	full       bool              // readAll was tried
 }
 
 // unitSpan is one address range of a unit.

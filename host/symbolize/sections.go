@@ -95,7 +95,7 @@ func openIndex(e *elfFile, indexDir string) (*dwarfIndex, error) {
 	if ix := arangesIndex(ds); ix != nil {
 		return ix, nil
 	}
-	d, err := ds.data(all, all)
+	d, err := ds.data(all, all, all)
 	if err != nil {
 		return nil, err
 	}
@@ -140,15 +140,15 @@ func (s *dwarfSections) complete() map[string][]byte {
 	return out
 }
 
-// data makes a dwarf.Data of the sections, with .debug_info and
-// .debug_line cut at infoEnd and lineEnd.
-func (s *dwarfSections) data(infoEnd, lineEnd uint64) (d *dwarf.Data, err error) {
+// data makes a dwarf.Data of the sections, with .debug_info,
+// .debug_line and .debug_abbrev cut at infoEnd, lineEnd and abbrevEnd.
+func (s *dwarfSections) data(infoEnd, lineEnd, abbrevEnd uint64) (d *dwarf.Data, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = nil, fmt.Errorf("malformed DWARF: %v", p)
 		}
 	}()
-	d, err = dwarf.New(s.bytes("abbrev", all), nil, nil, s.bytes("info", infoEnd), s.bytes("line", lineEnd), nil, s.bytes("ranges", all), s.bytes("str", all))
+	d, err = dwarf.New(s.bytes("abbrev", abbrevEnd), nil, nil, s.bytes("info", infoEnd), s.bytes("line", lineEnd), nil, s.bytes("ranges", all), s.bytes("str", all))
 	if err != nil {
 		return nil, err
 	}

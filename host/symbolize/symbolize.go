@@ -171,6 +171,20 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 		}
 		res.Modules = append(res.Modules, out)
 	}
+	// The units the report's PCs are in, read at once.
+	addrs := make([][]uint64, len(mods))
+	for _, t := range r.Threads {
+		for _, f := range t.Frames {
+			if f.Module >= 0 && f.Module < len(mods) && !f.Withheld && mods[f.Module].dwarf != nil {
+				addrs[f.Module] = append(addrs[f.Module], FileAddr(r.Arch, r.Modules[f.Module], f))
+			}
+		}
+	}
+	for i, mod := range mods {
+		if len(addrs[i]) > 0 {
+			mod.dwarf.prepare(addrs[i])
+		}
+	}
 	for _, t := range r.Threads {
 		th := Thread{Thread: t, Frames: make([]Frame, 0, len(t.Frames))}
 		for i, f := range t.Frames {

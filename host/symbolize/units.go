@@ -268,36 +268,79 @@ func (ix *dwarfIndex) enable(i int) error {
 	if err := ix.remake(); err != nil {
 		return err
 	}
-	r := ix.d.Reader()
-	r.Seek(dwarf.Offset(ix.hdrs[i].die))
-	cu, err := r.Next()
-	if err != nil || cu == nil {
-		return err
+	return ix.extendLines(i)
+}
+
+// prepare enables at once the units that hold addrs: one dwarf.Data
+// for a whole report rather than one per unit.
+func (ix *dwarfIndex) prepare(addrs []uint64) {
+	if ix.byHdr == nil {
+		return
 	}
-	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok && off >= 0 {
-		line := ix.ds.sec["line"]
-		if line == nil {
-			return nil
+	var idx []int
+	for _, a := range addrs {
+		for _, k := range ix.unitsAt(a) {
+			u := ix.units[k]
+			if u.hdrIdx == 0 {
+				i, err := ix.walkTo(u.hdr)
+				if err != nil || ix.hdrs[i].off != u.hdr {
+					continue // enableUnit says why, later
+				}
+				u.hdrIdx, u.off = i+1, dwarf.Offset(ix.hdrs[i].die)
+			}
+			if !ix.enabled[u.hdrIdx-1] {
+				ix.enabled[u.hdrIdx-1] = true
+				idx = append(idx, u.hdrIdx-1)
+			}
+		}
+	}
+	if len(idx) == 0 || ix.remake() != nil {
+		return
+	}
+	ix.extendLines(idx...)
+}
+
+// extendLines inflates .debug_line as far as the line programs of units
+// (header indexes), and makes dwarf.Data again when it grew.
+func (ix *dwarfIndex) extendLines(units ...int) error {
+	line := ix.ds.sec["line"]
+	if line == nil {
+		return nil
+	}
+	need := ix.lineEnd
+	r := ix.d.Reader()
+	for _, i := range units {
+		r.Seek(dwarf.Offset(ix.hdrs[i].die))
+		cu, err := r.Next()
+		if err != nil || cu == nil {
+			continue
+		}
+		off, ok := cu.Val(dwarf.AttrStmtList).(int64)
+		if !ok || off < 0 {
+			continue
 		}
 		o := uint64(off)
 		b := line.upTo(o + 12)
 		if o+4 > uint64(len(b)) {
-			return nil // LineReader says what is wrong
+			continue // LineReader says what is wrong
 		}
 		end, l := o+4, uint64(ix.ds.order.Uint32(b[o:]))
 		if l == 0xffffffff && o+12 <= uint64(len(b)) {
 			end, l = o+12, ix.ds.order.Uint64(b[o+4:])
 		}
 		if l > all-end {
-			return nil
+			continue
 		}
-		if end += l; end > ix.lineEnd {
-			line.upTo(end)
-			ix.lineEnd = end
-			return ix.remake()
+		if end += l; end > need {
+			need = end
 		}
 	}
-	return nil
+	if need <= ix.lineEnd {
+		return nil
+	}
+	line.upTo(need)
+	ix.lineEnd = need
+	return ix.remake()
 }
 
 // remake patches the abbreviation offsets of the units not enabled to the
@@ -327,7 +370,15 @@ func (ix *dwarfIndex) remake() error {
 	if n := len(ix.hdrs); n > 0 {
 		end = ix.hdrs[n-1].end
 	}
-	d, err := ix.ds.data(end, ix.lineEnd)
+	aend := uint64(0)
+	for k, on := range ix.enabled {
+		if on {
+			if e := ix.abbrevEnd(ix.hdrs[k].abbrev); e > aend {
+				aend = e
+			}
+		}
+	}
+	d, err := ix.ds.data(end, ix.lineEnd, aend)
 	if err != nil {
 		return err
 	}
@@ -348,6 +399,9 @@ func (ix *dwarfIndex) readAll() error {
 		l.upTo(all)
 	}
 	ix.lineEnd = all
+	if a := ix.ds.sec["abbrev"]; a != nil {
+		a.upTo(all)
+	}
 	if err := ix.remake(); err != nil {
 		return err
 	}
@@ -374,4 +428,85 @@ func (ix *dwarfIndex) walkedEnd() uint64 {
 		return ix.hdrs[n-1].end
 	}
 	return 0
+}
+
+// abbrevEnd returns where the abbreviation table at off ends (DWARF 5
+// §7.5.3: entries of code, tag, children flag and (attribute, form)
+// pairs ending in (0, 0), with a constant after DW_FORM_implicit_const;
+// code 0 ends the table), inflating .debug_abbrev that far; the whole
+// section's length when the table does not end.
+func (ix *dwarfIndex) abbrevEnd(off uint64) uint64 {
+	l := ix.ds.sec["abbrev"]
+	if l == nil {
+		return 0
+	}
+	if e, ok := ix.abbrevEnds[off]; ok {
+		return e
+	}
+	if ix.abbrevEnds == nil {
+		ix.abbrevEnds = map[uint64]uint64{}
+	}
+	want := off + 4096
+	for {
+		b := l.upTo(want)
+		end, ok := scanAbbrevTable(b, off)
+		if ok || uint64(len(b)) < want {
+			if !ok {
+				end = uint64(len(l.upTo(all)))
+			}
+			ix.abbrevEnds[off] = end
+			return end
+		}
+		want += want / 2
+	}
+}
+
+// scanAbbrevTable returns the end of the table at off in b, false when b
+// ends first.
+func scanAbbrevTable(b []byte, off uint64) (uint64, bool) {
+	p := off
+	uleb := func() (uint64, bool) {
+		var v uint64
+		for shift := uint(0); p < uint64(len(b)); shift += 7 {
+			c := b[p]
+			p++
+			if shift < 64 {
+				v |= uint64(c&0x7f) << shift
+			}
+			if c&0x80 == 0 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	for {
+		code, ok := uleb()
+		if !ok {
+			return 0, false
+		}
+		if code == 0 {
+			return p, true
+		}
+		if _, ok := uleb(); !ok { // tag
+			return 0, false
+		}
+		if p++; p > uint64(len(b)) { // children
+			return 0, false
+		}
+		for {
+			attr, ok1 := uleb()
+			form, ok2 := uleb()
+			if !ok1 || !ok2 {
+				return 0, false
+			}
+			if attr == 0 && form == 0 {
+				break
+			}
+			if form == 0x21 { // DW_FORM_implicit_const: an SLEB128
+				if _, ok := uleb(); !ok {
+					return 0, false
+				}
+			}
+		}
+	}
 }
