@@ -19,11 +19,21 @@ func FuzzSymbolizeELF(f *testing.F) {
 	f.Add([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
 	f.Add([]byte("crash.debug\x00\x01\x02\x03\x04"))
 	f.Add([]byte("\xfd7zXZ\x00\x00"))
+	// A .debug_aranges set (version 2, unit 0, 8-byte addresses, one
+	// range) and a DWARF 5 unit header.
+	f.Add([]byte("\x2c\x00\x00\x00\x02\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
+	f.Add([]byte("\x0c\x00\x00\x00\x05\x00\x01\x08\x00\x00\x00\x00\x01\x11\x01\x00\x00\x00"))
 	// Real files when a compiler is at hand: a small -O2 program with
 	// inlined calls, and its stripped copy.
 	if _, err := exec.LookPath("gcc"); err == nil {
 		exe := filepath.Join(f.TempDir(), "inline")
 		src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+		// Compressed sections too: the lazy inflating path.
+		if exec.Command("gcc", "-O2", "-g", "-gz", "-o", exe+"-gz", src).Run() == nil {
+			if b, err := os.ReadFile(exe + "-gz"); err == nil {
+				f.Add(b)
+			}
+		}
 		if exec.Command("gcc", "-O2", "-g", "-o", exe, src).Run() == nil {
 			if b, err := os.ReadFile(exe); err == nil {
 				f.Add(b)
@@ -41,6 +51,9 @@ func FuzzSymbolizeELF(f *testing.F) {
 		miniDebugInfo(data)
 		inflateSection(data, elf.ELFCLASS64, binary.LittleEndian)
 		inflateSection(data, elf.ELFCLASS32, binary.BigEndian)
+		parseAranges(data, binary.LittleEndian)
+		parseUnitHeader(data, 0, binary.BigEndian)
+		scanAbbrevTable(data, 0)
 		e, err := parseELF(bytes.NewReader(data))
 		if err != nil {
 			return
@@ -51,6 +64,9 @@ func FuzzSymbolizeELF(f *testing.F) {
 			if ix, _ := openIndex(e, ""); ix != nil {
 				mod.dwarf = ix
 			}
+		}
+		if mod.dwarf != nil {
+			mod.dwarf.prepare([]uint64{0x1000, 0x1139})
 		}
 		for _, a := range []uint64{0, 1, 0x1000, 0x1139, 0x401000, ^uint64(0)} {
 			mod.lookup(a)
