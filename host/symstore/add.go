@@ -110,6 +110,19 @@ func (s *Store) Add(paths []string) (*Result, error) {
 		return res, fmt.Errorf("more than %d files", maxFiles)
 	}
 	changed := false
+	stored := map[string]bool{} // id, kind and path stored in this run
+	put := func(id, kind, from string) error {
+		if k := id + " " + kind + " " + from; !stored[k] {
+			stored[k] = true
+			ok, err := s.put(id, kind, from)
+			if err != nil {
+				return err
+			}
+			changed = changed || ok
+			res.Found = append(res.Found, Found{id, kind, from, ok})
+		}
+		return nil
+	}
 	byLink := map[string][]elfFile{} // .debug files by base name, for debuglinks
 	for _, f := range files {
 		if f.info.HasDWARF {
@@ -144,23 +157,17 @@ func (s *Store) Add(paths []string) (*Result, error) {
 			// A stripped file: the .debug file its debuglink names, when
 			// one in the walk has the CRC (and no other build ID).
 			if d, why := pair(f, byLink[f.info.Debuglink]); d != "" {
-				ok, err := s.put(id, DebugInfo, d)
-				if err != nil {
+				if err := put(id, DebugInfo, d); err != nil {
 					return res, err
 				}
-				changed = changed || ok
-				res.Found = append(res.Found, Found{id, DebugInfo, d, ok})
 			} else if why != "" {
 				res.Skipped = append(res.Skipped, Skipped{f.path, why})
 			}
 		}
 		for _, k := range kinds {
-			ok, err := s.put(id, k, f.path)
-			if err != nil {
+			if err := put(id, k, f.path); err != nil {
 				return res, err
 			}
-			changed = changed || ok
-			res.Found = append(res.Found, Found{id, k, f.path, ok})
 		}
 	}
 	for _, f := range files {
