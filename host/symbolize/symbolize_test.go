@@ -15,6 +15,7 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/internal/labcore"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -60,7 +61,7 @@ type fixtureCrash struct {
 // crashed thread's function names with gdb's frames on the same core.
 // Cores: the host kernel's (native), qemu-user's (aarch64, 32-bit ARM in
 // Thumb and ARM state), and for riscv64, whose qemu-user writes none, a
-// real kernel's under QEMU (labCores).
+// real kernel's under QEMU (labcore.Cores).
 func TestMatchesAddr2lineAndGDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixture comparisons: not in -short")
@@ -113,12 +114,12 @@ func hostFixtureCrash(t *testing.T, b fixture.Binary, scenario string) fixtureCr
 }
 
 func labCoresFor(t *testing.T, arch, dir string) (map[string]string, string) {
-	return labCores(t, arch, dir, labCrashes())
+	return labcore.Cores(t, arch, dir, labCrashes())
 }
 
 // labFixtureCrash is a crash whose core a real kernel made under QEMU.
 func labFixtureCrash(t *testing.T, b fixture.Binary, scenario string, cores map[string]string, root string) fixtureCrash {
-	core := cores[labCrash{b.Variant, b.Prog, scenario}.name()]
+	core := cores[labcore.Crash{Variant: b.Variant, Prog: b.Prog, Scenario: scenario}.Name()]
 	r, err := handler.Offline(handler.OfflineOptions{CoreFile: core, Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
 	if err != nil {
 		t.Fatal(err)
