@@ -16,6 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/internal/labcore"
 )
 
 func need(t *testing.T, tools ...string) {
@@ -199,6 +200,78 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 			t.Errorf("%s %s: no module's debug file came from the store", c.b.Prog, c.scenario)
 		}
 		t.Logf("%s %s: %d frames, every one named", c.b.Prog, c.scenario, frames)
+	}
+}
+
+// TestLabReportsFromStore symbolizes reports of real riscv64 kernel
+// cores (the QEMU lab's minimal kernel; the cores are cached beside the
+// fixtures, shared with host/symbolize's tests) from a store filled from
+// lab Yocto and Buildroot trees of the static programs: every frame named,
+// with lines from the store's DWARF (but the vDSO's signal trampoline,
+// which no file on the host holds).
+func TestLabReportsFromStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("QEMU lab: not in -short")
+	}
+	const arch = "riscv64"
+	need(t, "riscv64-linux-gnu-objcopy", "riscv64-linux-gnu-strip")
+	fx := fixture.Build(t, arch)
+	crashes := []labcore.Crash{
+		{Variant: "O2-static", Prog: "crash", Scenario: "recursion"},
+		{Variant: "O2-static", Prog: "crash", Scenario: "abort"},
+		{Variant: "O0-static", Prog: "crash", Scenario: "sighandler"},
+		{Variant: "O0-static", Prog: "crashxx", Scenario: "throw"},
+	}
+	cores, root := labcore.Cores(t, arch, fx, crashes)
+	work := t.TempDir()
+	o2 := fixture.Binary{Arch: arch, Variant: "O2-static", Prog: "crash", Dir: fx}
+	o0 := fixture.Binary{Arch: arch, Variant: "O0-static", Prog: "crash", Dir: fx}
+	xx := fixture.Binary{Arch: arch, Variant: "O0-static", Prog: "crashxx", Dir: fx}
+	yoctoTree(t, filepath.Join(work, "build"), "riscv64-linux-gnu-objcopy", o2.Unstripped(), "crash")
+	yoctoTree(t, filepath.Join(work, "build"), "riscv64-linux-gnu-objcopy", o0.Unstripped(), "crash-o0")
+	buildrootTree(t, filepath.Join(work, "br"), "riscv64-linux-gnu-strip", xx.Unstripped(), "crashxx")
+	st, err := Open(filepath.Join(work, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Add([]string{filepath.Join(work, "build"), filepath.Join(work, "br/output")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range crashes {
+		r, err := handler.Offline(handler.OfflineOptions{CoreFile: cores[c.Name()], Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := symbolize.New(symbolize.Options{DebugDirs: []string{st.Dir}, Sysroot: root})
+		out := s.Symbolize(r)
+		s.Close()
+		frames, lines, vdso := 0, 0, 0
+		for _, th := range out.Threads {
+			for _, f := range th.Frames {
+				frames++
+				if f.Module >= 0 && strings.HasPrefix(r.Modules[f.Module].Path, "[") {
+					// The kernel's vDSO (the signal trampoline): no file
+					// on the host holds it unless the kernel build's
+					// vdso.so.dbg is added.
+					vdso++
+					continue
+				}
+				if len(f.Locations) == 0 || f.Locations[len(f.Locations)-1].Function == "" {
+					t.Errorf("%s: frame %v unnamed: %s", c.Name(), f.PC, f.Error)
+				} else if f.Locations[0].Line > 0 {
+					lines++
+				}
+			}
+		}
+		for _, m := range out.Modules {
+			if strings.HasPrefix(m.Path, "[") {
+				continue
+			}
+			if m.DebugHow != "build-id" || !strings.HasPrefix(m.DebugFile, st.Dir) {
+				t.Errorf("%s: module %s: debug file %q (%s), not from the store", c.Name(), m.Path, m.DebugFile, m.DebugHow)
+			}
+		}
+		t.Logf("%s: %d frames, every one named (%d in the vDSO aside), %d with a line", c.Name(), frames, vdso, lines)
 	}
 }
 
