@@ -309,10 +309,50 @@ func TestInlinedO2(t *testing.T) {
 	t.Logf("%d addresses equal addr2line", n)
 }
 
+// TestWithoutArangesAndIndex compares with addr2line files without
+// .debug_aranges (clang's default), where the index reads every unit's
+// entry, compressed or not; the compressed one twice with an on-disk
+// index: the first run writes it, the second reads it.
+func TestWithoutArangesAndIndex(t *testing.T) {
+	need(t, "gcc", "objcopy", "addr2line")
+	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+	for _, z := range []string{"-gz=none", "-gz"} {
+		exe := filepath.Join(t.TempDir(), "inline")
+		run(t, "gcc", "-O2", "-g", z, "-o", exe, src)
+		run(t, "objcopy", "--remove-section=.debug_aranges", exe)
+		if z == "-gz=none" {
+			compareText(t, exe)
+			continue
+		}
+		idx := t.TempDir()
+		n := compareTextWith(t, exe, Options{Sysroot: "/", IndexDir: idx})
+		ents, _ := os.ReadDir(idx)
+		if len(ents) != 1 {
+			t.Fatalf("index %v, want one entry", ents)
+		}
+		info := filepath.Join(idx, ents[0].Name(), "info")
+		st, err := os.Stat(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := compareTextWith(t, exe, Options{Sysroot: "/", IndexDir: idx}); m != n {
+			t.Errorf("with the index: %d addresses equal addr2line, %d without", m, n)
+		}
+		if st2, _ := os.Stat(info); !st2.ModTime().Equal(st.ModTime()) {
+			t.Error("the second run wrote the index again")
+		}
+		t.Logf("%d addresses equal addr2line, with and without the on-disk index", n)
+	}
+}
+
 // compareText symbolizes every other byte (every byte on 32-bit ARM) of an
 // executable's own code (main, work: the functions with inlined calls)
 // against addr2line.
 func compareText(t *testing.T, exe string) int {
+	return compareTextWith(t, exe, Options{Sysroot: "/"})
+}
+
+func compareTextWith(t *testing.T, exe string, opts Options) int {
 	ef, err := elf.Open(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +382,7 @@ func compareText(t *testing.T, exe string) int {
 	if len(addrs) == 0 {
 		t.Fatal("no main/work symbols")
 	}
-	s := New(Options{Sysroot: "/"})
+	s := New(opts)
 	defer s.Close()
 	m := report.Module{Path: exe}
 	mod := s.module(m)

@@ -61,7 +61,6 @@ func (s *Store) Handler(token string) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("X-Debuginfod-Size", strconv.FormatInt(st.Size(), 10))
-		w.Header().Set("X-Debuginfod-File", id+"/"+parts[2])
 		http.ServeContent(w, r, "", st.ModTime(), f)
 	})
 }
