@@ -344,8 +344,10 @@ func TestDebuginfodServer(t *testing.T) {
 }
 
 // TestGDBFetchesFromStore runs the real gdb-multiarch with DEBUGINFOD_URLS
-// pointing at the store's server, on a stripped lab program: gdb fetches
-// its debug file by build ID and names a function from its DWARF.
+// pointing at the store's server, behind a bearer token that gdb's
+// libdebuginfod sends from DEBUGINFOD_HEADERS_FILE, on a stripped lab
+// program: gdb fetches its debug file by build ID and names a function
+// from its DWARF.
 func TestGDBFetchesFromStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixtures: not in -short")
@@ -364,7 +366,7 @@ func TestGDBFetchesFromStore(t *testing.T) {
 	id := buildID(t, b.Unstripped())
 	var mu sync.Mutex
 	var asked []string
-	h := st.Handler("")
+	h := st.Handler("sekrit")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		asked = append(asked, r.Method+" "+r.URL.Path)
@@ -373,12 +375,15 @@ func TestGDBFetchesFromStore(t *testing.T) {
 	}))
 	defer srv.Close()
 	cache := t.TempDir()
+	// The token, as debuginfod clients send headers: a file of them.
+	headers := filepath.Join(cache, "headers")
+	os.WriteFile(headers, []byte("Authorization: Bearer sekrit\n"), 0o600)
 	cmd := exec.Command("gdb-multiarch", "-nx", "-batch",
 		"-iex", "set debuginfod enabled on",
 		"-ex", "info line main",
 		"-ex", "info functions ^nw",
 		b.Stripped())
-	cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+srv.URL, "XDG_CACHE_HOME="+cache, "DEBUGINFOD_CACHE_PATH="+filepath.Join(cache, "debuginfod_client"), "HOME="+cache)
+	cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+srv.URL, "XDG_CACHE_HOME="+cache, "DEBUGINFOD_CACHE_PATH="+filepath.Join(cache, "debuginfod_client"), "HOME="+cache, "DEBUGINFOD_HEADERS_FILE="+headers)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
