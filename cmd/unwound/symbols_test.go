@@ -131,33 +131,58 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	}
 
 	// unwound serve mounts the collector's store at /buildid/, beside
-	// the receiver.
+	// the receiver, behind its token.
 	addr = freeAddr(t)
-	col := exec.Command(tool, "serve", "--dir", collector, "--listen", addr)
+	col := exec.Command(tool, "serve", "--dir", collector, "--listen", addr, "--token", "sekrit")
 	if err := col.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { col.Process.Kill(); col.Wait() }()
-	for i := 0; i < 100; i++ {
-		if resp, err = http.Get(fmt.Sprintf("http://%s/buildid/%s/debuginfo", addr, id)); err == nil {
-			break
+	get := func(path string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer sekrit")
+		var resp *http.Response
+		var err error
+		for i := 0; i < 100; i++ {
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				break
+			}
+			sleep()
 		}
-		sleep()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, got = get("/buildid/" + id + "/debuginfo")
 	if resp.StatusCode != 200 || !bytes.Equal(got, want) {
 		t.Errorf("serve: GET debuginfo: %d, %d bytes", resp.StatusCode, len(got))
 	}
-	if resp, err = http.Post(fmt.Sprintf("http://%s/upload", addr), "application/zstd", bytes.NewReader(z)); err != nil {
+	req, _ := http.NewRequest("POST", "http://"+addr+"/upload", bytes.NewReader(z))
+	req.Header.Set("Authorization", "Bearer sekrit")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 201 {
 		t.Errorf("serve: POST a report: %d, want 201", resp.StatusCode)
+	}
+
+	// unwound symbolize with no store of its own, through the collector's
+	// debuginfod and its token.
+	headers := filepath.Join(tmp, "headers")
+	os.WriteFile(headers, []byte("Authorization: Bearer sekrit\n"), 0o600)
+	t.Setenv("DEBUGINFOD_URLS", "http://"+addr)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(tmp, "dcache"))
+	t.Setenv("DEBUGINFOD_HEADERS_FILE", headers)
+	text.Reset()
+	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), " in nw3 at crash.c:26 [cfi, high]") || !strings.Contains(text.String(), "debug file fetched from http://"+addr) {
+		t.Errorf("symbolize through the collector's debuginfod:\n%s", text.String())
 	}
 }
 
