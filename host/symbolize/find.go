@@ -111,10 +111,13 @@ func verify(m report.Module, e *elfFile) error {
 func (s *Symbolizer) load(m report.Module) *module {
 	mod := &module{}
 	p := modulePath(m)
-	if p == "" || strings.HasPrefix(p, "[") {
+	vdso := p == "[vdso]" && m.BuildIDKind != "code" && m.BuildID != ""
+	if (p == "" || strings.HasPrefix(p, "[")) && !vdso {
 		mod.status = fmt.Sprintf("no file for %s", m.Path)
 		return mod
 	}
+	// The vDSO has no file, but its build ID finds the kernel build's
+	// vdso.so.dbg in a build-id tree (a symbol store) or on debuginfod.
 	var mismatches []string
 	try := func(c candidate) *elfFile {
 		if _, err := os.Stat(c.path); err != nil {
@@ -149,7 +152,10 @@ func (s *Symbolizer) load(m report.Module) *module {
 			}
 		}
 	}
-	bin := try(candidate{under(s.sysroot(), p), "binary"})
+	var bin *elfFile
+	if !vdso {
+		bin = try(candidate{under(s.sysroot(), p), "binary"})
+	}
 	if bin != nil && mod.debug == nil && bin.hasLink {
 		for _, c := range s.linkCandidates(m, bin.link) {
 			if _, err := os.Stat(c.path); err != nil || c.path == bin.path {

@@ -726,3 +726,45 @@ func aliases(t *testing.T, b fixture.Binary, f Frame, a, c string) bool {
 	vc, okc := at[c]
 	return oka && okc && va == vc
 }
+
+// TestVDSOByBuildID finds the vDSO's debug file (the kernel build's
+// vdso.so.dbg; here a stand-in with a build ID) in a build-id tree by the
+// build ID the report gives the [vdso] module, which has no file.
+func TestVDSOByBuildID(t *testing.T) {
+	need(t, "gcc", "objcopy")
+	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+	so := filepath.Join(t.TempDir(), "vdso.so.dbg")
+	run(t, "gcc", "-O2", "-g", "-Wl,--build-id", "-o", so, src)
+	e, err := openELF(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%x", e.buildID)
+	var mainAddr uint64
+	syms, _ := e.ef.Symbols()
+	for _, s := range syms {
+		if s.Name == "main" {
+			mainAddr = s.Value
+		}
+	}
+	e.Close()
+	tree := t.TempDir()
+	buildIDTree(t, tree, so)
+	const base = 0x7fff0000
+	r := &report.Report{Arch: hostArch(),
+		Modules: []report.Module{{Path: "[vdso]", BuildID: id, BuildIDKind: "gnu", Start: base, End: base + 0x100000, RuntimeOffset: base}},
+		Threads: []report.Thread{{TID: 1, Crashed: true, Frames: []report.Frame{{PC: report.Hex(base + mainAddr), Method: "context", Exact: true}}}},
+	}
+	s := New(Options{DebugDirs: []string{tree}})
+	res := s.Symbolize(r)
+	s.Close()
+	if f := res.Threads[0].Frames[0]; len(f.Locations) == 0 || f.Locations[len(f.Locations)-1].Function != "main" {
+		t.Errorf("vDSO frame: %+v, want main", f)
+	}
+	s = New(Options{DebugDirs: []string{t.TempDir()}})
+	res = s.Symbolize(r)
+	s.Close()
+	if st := res.Modules[0].Status; !strings.Contains(st, "no debug info for [vdso] build-id") {
+		t.Errorf("without its debug file: %q", st)
+	}
+}
