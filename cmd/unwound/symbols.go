@@ -81,7 +81,7 @@ func symbolsAdd(args []string, w io.Writer) error {
 		for _, s := range res.Skipped {
 			fmt.Fprintf(w, "skipped %s: %s\n", s.Path, s.Why)
 		}
-		fmt.Fprintf(w, "%d added, %d already in %s, %d skipped, %d files not ELF\n", added, had, st.Dir, len(res.Skipped), res.NotELF)
+		fmt.Fprintf(w, "%d added, %d already in %s, %d skipped, %d files not ELF, %d object files without a build id\n", added, had, st.Dir, len(res.Skipped), res.NotELF, res.Objects)
 	}
 	if err != nil {
 		return fmt.Errorf("symbols add: %w", err)

@@ -50,6 +50,11 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 		}
 	}
 	os.WriteFile(filepath.Join(tree, "README"), []byte("not ELF"), 0o644)
+	src := filepath.Join(tree, "obj.c")
+	os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644)
+	if out, err := exec.Command("gcc", "-g", "-c", "-o", filepath.Join(tree, "obj.o"), src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
 	collector := filepath.Join(tmp, "collector")
 
 	var out bytes.Buffer
@@ -58,7 +63,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	}
 	t.Logf("symbols add:\n%s", out.String())
 	for _, want := range []string{"added   ", "debuginfo  " + dbg, "executable " + filepath.Join(tree, "usr/bin/crash"),
-		"skipped " + filepath.Join(tree, "usr/bin/noid") + ": no build id", "2 added, 0 already in " + filepath.Join(collector, "symbols") + ", 1 skipped, 1 files not ELF"} {
+		"skipped " + filepath.Join(tree, "usr/bin/noid") + ": no build id", "2 added, 0 already in " + filepath.Join(collector, "symbols") + ", 1 skipped, 2 files not ELF, 1 object files without a build id"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("symbols add output lacks %q", want)
 		}

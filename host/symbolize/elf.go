@@ -334,6 +334,8 @@ type FileInfo struct {
 	HasCode   bool   // an executable segment with file bytes (not a .debug file)
 	Debuglink string // .gnu_debuglink file name, "" when none
 	LinkCRC   uint32 // and the CRC32 it wants
+	// Relocatable: an object file (ET_REL: a .o, a kernel module).
+	Relocatable bool
 }
 
 // Inspect reads an ELF file's identity with the symbolizer's own bounded
@@ -344,7 +346,7 @@ func Inspect(path string) (FileInfo, error) {
 		return FileInfo{}, err
 	}
 	defer e.Close()
-	fi := FileInfo{HasDWARF: e.hasDWARF}
+	fi := FileInfo{HasDWARF: e.hasDWARF, Relocatable: e.ef.Type == elf.ET_REL}
 	if e.buildID != nil {
 		fi.BuildID = hex.EncodeToString(e.buildID)
 	}

@@ -30,6 +30,7 @@ type Result struct {
 	Found   []Found
 	Skipped []Skipped
 	NotELF  int // files that are not ELF (not listed: a build has many)
+	Objects int // object files (.o) without a build ID: not listed either
 	Layouts []string
 }
 
@@ -145,6 +146,9 @@ func (s *Store) Add(paths []string) (*Result, error) {
 		case id == "" && !f.info.HasCode && f.info.HasDWARF:
 			// A .debug file without a build ID: only its stripped
 			// file's debuglink can name it (below).
+			continue
+		case id == "" && f.info.Relocatable:
+			res.Objects++ // a build directory's .o files: never in a report
 			continue
 		case id == "":
 			res.Skipped = append(res.Skipped, Skipped{f.path, "no build id"})
