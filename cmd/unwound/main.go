@@ -191,7 +191,7 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	fs.Var(&dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug); repeatable; default SYSROOT/usr/lib/debug")
 	sysroot := fs.String("sysroot", "/", "the target's root filesystem `dir`: report paths are looked up under it")
 	format := fs.String("format", "text", "output `format`: text or json")
-	storeDir := storeFlags(fs)
+	flags := storeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -207,10 +207,15 @@ func symbolizeCmd(args []string, w io.Writer) error {
 			dirs = append(dirs, d)
 		}
 	}
-	if d := storeDir(); d != "" {
-		// A symbol store is a build-id tree: searched first.
-		if _, err := os.Stat(d); err != nil {
-			return fmt.Errorf("symbolize: store: %w", err)
+	if d, collector := flags(); d != "" {
+		// A symbol store is a build-id tree: searched first. A
+		// collector need not have one yet; a --store must exist.
+		check := d
+		if collector != "" {
+			check = collector
+		}
+		if _, err := os.Stat(check); err != nil {
+			return fmt.Errorf("symbolize: %w", err)
 		}
 		dirs = append(multiFlag{d}, dirs...)
 	}

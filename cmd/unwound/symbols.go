@@ -32,32 +32,34 @@ func symbolsCmd(args []string, w io.Writer) error {
 }
 
 // storeFlags are --store DIR and --dir DIR (a collector's directory, whose
-// store is DIR/symbols).
-func storeFlags(fs *flag.FlagSet) func() string {
+// store is DIR/symbols). The function returns the store and the --dir
+// given, if that is where it came from.
+func storeFlags(fs *flag.FlagSet) func() (store, collector string) {
 	store := fs.String("store", "", "symbol store `directory`")
 	dir := fs.String("dir", "", "the collector's `directory`: its store is DIR/symbols")
-	return func() string {
+	return func() (string, string) {
 		if *store != "" {
-			return *store
+			return *store, ""
 		}
 		if *dir != "" {
-			return filepath.Join(*dir, "symbols")
+			return filepath.Join(*dir, "symbols"), *dir
 		}
-		return ""
+		return "", ""
 	}
 }
 
 func symbolsAdd(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("symbols add", flag.ContinueOnError)
-	storeDir := storeFlags(fs)
+	flags := storeFlags(fs)
 	verbose := fs.Bool("v", false, "also list the files already in the store")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if storeDir() == "" || fs.NArg() == 0 {
+	dir, _ := flags()
+	if dir == "" || fs.NArg() == 0 {
 		return errors.New("symbols add: --store DIR (or --dir DIR) and at least one PATH")
 	}
-	st, err := symstore.Open(storeDir())
+	st, err := symstore.Open(dir)
 	if err != nil {
 		return fmt.Errorf("symbols add: %w", err)
 	}
@@ -91,16 +93,17 @@ func symbolsAdd(args []string, w io.Writer) error {
 
 func symbolsServe(args []string) error {
 	fs := flag.NewFlagSet("symbols serve", flag.ContinueOnError)
-	storeDir := storeFlags(fs)
+	flags := storeFlags(fs)
 	listen := fs.String("listen", ":8002", "`address` to listen on (debuginfod's port by default)")
 	token := fs.String("token", "", "require this bearer `token`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if storeDir() == "" {
+	dir, _ := flags()
+	if dir == "" {
 		return errors.New("symbols serve: --store DIR (or --dir DIR)")
 	}
-	st, err := symstore.Open(storeDir())
+	st, err := symstore.Open(dir)
 	if err != nil {
 		return fmt.Errorf("symbols serve: %w", err)
 	}
