@@ -77,3 +77,36 @@ func FuzzSymbolizeELF(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDWARFTables feeds arbitrary bytes to the small parsers of outside
+// input the lazy DWARF index adds (.debug_aranges, unit headers,
+// abbreviation tables, compressed section headers), each on its own so
+// that the fuzzer reaches them quickly.
+func FuzzDWARFTables(f *testing.F) {
+	f.Add([]byte("\x2c\x00\x00\x00\x02\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"), uint64(0))
+	f.Add([]byte("\x0c\x00\x00\x00\x05\x00\x01\x08\x00\x00\x00\x00\x01\x11\x01\x00\x00\x00"), uint64(0))
+	f.Add([]byte("\xff\xff\xff\xff\x20\x00\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\x08"), uint64(0))
+	f.Add([]byte("\x01\x11\x01\x25\x0e\x13\x0b\x00\x00\x02\x2e\x00\x03\x08\x21\x05\x00\x00\x00"), uint64(0))
+	f.Add([]byte("\x01\x00\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x78\x9c\x63\x60\x00\x00\x00\x02\x00\x01"), uint64(3))
+	f.Fuzz(func(t *testing.T, data []byte, off uint64) {
+		for _, order := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
+			if ar, err := parseAranges(data, order); err == nil {
+				for _, a := range ar {
+					if a.hi <= a.lo {
+						t.Fatalf("empty range %+v", a)
+					}
+				}
+			}
+			if h, err := parseUnitHeader(data, off, order); err == nil {
+				if h.end <= h.off || h.die > h.end || h.abbrevPos < h.off {
+					t.Fatalf("header %+v", h)
+				}
+			}
+			inflateSection(data, elf.ELFCLASS64, order)
+			inflateSection(data, elf.ELFCLASS32, order)
+		}
+		if end, ok := scanAbbrevTable(data, off); ok && (end <= off || end > uint64(len(data))) {
+			t.Fatalf("table at %d ends at %d of %d", off, end, len(data))
+		}
+	})
+}

@@ -74,7 +74,7 @@ func openIndex(e *elfFile, indexDir string) (*dwarfIndex, error) {
 	if cache != "" {
 		if dat := readIndex(cache); dat != nil {
 			for n, b := range dat {
-				ds.sec[n] = &lazySection{buf: b}
+				ds.sec[n] = &lazySection{buf: b, size: uint64(len(b))}
 			}
 			cache = "" // nothing to write
 		}
@@ -165,9 +165,10 @@ func (s *dwarfSections) data(infoEnd, lineEnd, abbrevEnd uint64) (d *dwarf.Data,
 // lazySection is a section's bytes, inflated as far as asked: a
 // compressed section is one deflate stream, read from its start.
 type lazySection struct {
-	buf []byte    // len: inflated so far; cap: the whole section
-	zr  io.Reader // nil once all of it is inflated, or it failed
-	err error
+	buf  []byte    // inflated so far
+	size uint64    // the whole section's size
+	zr   io.Reader // nil once all of it is inflated, or it failed
+	err  error
 }
 
 // upTo inflates the section's first n bytes (or all it has) and returns
@@ -175,17 +176,24 @@ type lazySection struct {
 func (l *lazySection) upTo(n uint64) []byte {
 	const chunk = 256 << 10 // fewer, larger reads
 	for l.zr != nil && uint64(len(l.buf)) < n {
-		have := len(l.buf)
-		want := cap(l.buf) - have
-		if n-uint64(have) < uint64(want) {
-			want = int(n - uint64(have))
+		have := uint64(len(l.buf))
+		want := l.size - have
+		if n-have < want {
+			want = n - have
 		}
 		if want < chunk {
-			want = min(chunk, cap(l.buf)-have)
+			want = min(chunk, l.size-have)
+		}
+		if uint64(cap(l.buf))-have < want {
+			// Grow: the header's size was not believed up front.
+			c := min(max(2*uint64(cap(l.buf)), have+want), l.size)
+			b := make([]byte, have, c)
+			copy(b, l.buf)
+			l.buf = b
 		}
 		m, err := io.ReadFull(l.zr, l.buf[have:have+want])
-		l.buf = l.buf[:have+m]
-		if len(l.buf) == cap(l.buf) {
+		l.buf = l.buf[:have+uint64(m)]
+		if uint64(len(l.buf)) == l.size {
 			l.zr = nil
 		} else if err != nil {
 			l.zr, l.err = nil, fmt.Errorf("inflating: %w", err)
@@ -212,7 +220,7 @@ func openSection(r io.ReaderAt, ef *elf.File, s *elf.Section) (*lazySection, err
 		return nil, err
 	}
 	if s.Flags&elf.SHF_COMPRESSED == 0 {
-		return &lazySection{buf: raw}, nil
+		return &lazySection{buf: raw, size: size}, nil
 	}
 	return compressedSection(raw, ef.Class, ef.ByteOrder)
 }
@@ -256,7 +264,10 @@ func compressedSection(raw []byte, class elf.Class, order binary.ByteOrder) (*la
 		return nil, fmt.Errorf("inflates to %d bytes", size)
 	}
 	stream := raw[hdr:]
-	l := &lazySection{buf: make([]byte, 0, size)}
+	// Deflate inflates at most 1032 to 1; DWARF by 2 to 5. A header that
+	// claims far more than its stream could give is not believed until
+	// the bytes come.
+	l := &lazySection{buf: make([]byte, 0, min(size, 64*uint64(len(stream))+4096)), size: size}
 	switch typ {
 	case compressZlib:
 		if len(stream) < 2 || stream[0]&0x0f != 8 || (uint(stream[0])<<8|uint(stream[1]))%31 != 0 || stream[1]&0x20 != 0 {
@@ -272,10 +283,11 @@ func compressedSection(raw []byte, class elf.Class, order binary.ByteOrder) (*la
 			return nil, err
 		}
 		defer z.Close()
-		if _, err := io.ReadFull(z, l.buf[:size]); err != nil {
-			return nil, fmt.Errorf("inflating: %w", err)
+		l.zr = z
+		l.upTo(all)
+		if l.err != nil {
+			return nil, l.err
 		}
-		l.buf = l.buf[:size]
 		return l, nil
 	}
 	return nil, fmt.Errorf("compression type %d", typ)
