@@ -89,6 +89,12 @@ func (s *Store) Add(paths []string) (*Result, error) {
 		files = append(files, elfFile{p, fi})
 	}
 	for _, root := range paths {
+		// A path named on the command line may be a link (libfoo.so):
+		// store its target, never the link (link(2) does not follow).
+		root, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return res, err
+		}
 		st, err := os.Stat(root)
 		if err != nil {
 			return res, err

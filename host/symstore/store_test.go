@@ -290,9 +290,14 @@ func TestDebuginfodServer(t *testing.T) {
 	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
 	run(t, "gcc", "-g", "-Wl,--build-id", "-o", self, src)
 	id := buildID(t, self)
-	res, err := st.Add([]string{self})
+	link := filepath.Join(t.TempDir(), "prog-link")
+	os.Symlink(self, link)
+	res, err := st.Add([]string{link})
 	if err != nil || len(res.Found) == 0 {
 		t.Fatalf("add: %v %v", err, res)
+	}
+	if fi, err := os.Lstat(st.Lookup(id, DebugInfo)); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("added through a symbolic link: the store holds %v (%v), want the file", fi, err)
 	}
 	srv := httptest.NewServer(st.Handler("sekrit"))
 	defer srv.Close()
