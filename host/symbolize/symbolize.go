@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/ianlancetaylor/demangle"
 	"github.com/unwound-dev/unwound/report"
@@ -55,6 +56,7 @@ func DefaultIndexDir() string {
 // Symbolizer symbolizes reports, keeping opened files per build ID.
 type Symbolizer struct {
 	opts  Options
+	mu    sync.Mutex // one Symbolize at a time: units are read as PCs need them
 	cache map[string]*module
 }
 
@@ -77,7 +79,13 @@ func New(opts Options) *Symbolizer {
 }
 
 // Close closes every opened file.
+//
+// A Symbolizer stays usable after Close, with nothing cached: a
+// collector whose symbol store changed (its generation file) closes it
+// so that modules without debug files are looked up again.
 func (s *Symbolizer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, m := range s.cache {
 		for _, f := range m.files {
 			f.Close()
@@ -159,7 +167,10 @@ type Location struct {
 
 // Symbolize symbolizes every frame of r. It never fails as a whole: a
 // frame that cannot be symbolized says why.
+// It is safe to call from several goroutines; calls run one at a time.
 func (s *Symbolizer) Symbolize(r *report.Report) *Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	res := &Result{Report: r}
 	mods := make([]*module, len(r.Modules))
 	for i, m := range r.Modules {

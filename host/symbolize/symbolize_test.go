@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
@@ -727,10 +728,10 @@ func aliases(t *testing.T, b fixture.Binary, f Frame, a, c string) bool {
 	return oka && okc && va == vc
 }
 
-// TestVDSOByBuildID finds the vDSO's debug file (the kernel build's
-// vdso.so.dbg; here a stand-in with a build ID) in a build-id tree by the
-// build ID the report gives the [vdso] module, which has no file.
-func TestVDSOByBuildID(t *testing.T) {
+// vdsoReport is a report whose only frame is in a [vdso] module with the
+// build ID of a program built from testdata/inline.c, at its main.
+func vdsoReport(t *testing.T) (*report.Report, string) {
+	t.Helper()
 	need(t, "gcc", "objcopy")
 	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
 	so := filepath.Join(t.TempDir(), "vdso.so.dbg")
@@ -748,23 +749,73 @@ func TestVDSOByBuildID(t *testing.T) {
 		}
 	}
 	e.Close()
-	tree := t.TempDir()
-	buildIDTree(t, tree, so)
 	const base = 0x7fff0000
 	r := &report.Report{Arch: hostArch(),
 		Modules: []report.Module{{Path: "[vdso]", BuildID: id, BuildIDKind: "gnu", Start: base, End: base + 0x100000, RuntimeOffset: base}},
 		Threads: []report.Thread{{TID: 1, Crashed: true, Frames: []report.Frame{{PC: report.Hex(base + mainAddr), Method: "context", Exact: true}}}},
 	}
+	return r, so
+}
+
+func frameFunction(res *Result) string {
+	f := res.Threads[0].Frames[0]
+	if len(f.Locations) == 0 {
+		return ""
+	}
+	return f.Locations[len(f.Locations)-1].Function
+}
+
+// TestVDSOByBuildID finds the vDSO's debug file (the kernel build's
+// vdso.so.dbg; here a stand-in with a build ID) in a build-id tree by the
+// build ID the report gives the [vdso] module, which has no file.
+func TestVDSOByBuildID(t *testing.T) {
+	r, so := vdsoReport(t)
+	tree := t.TempDir()
+	buildIDTree(t, tree, so)
 	s := New(Options{DebugDirs: []string{tree}})
 	res := s.Symbolize(r)
 	s.Close()
-	if f := res.Threads[0].Frames[0]; len(f.Locations) == 0 || f.Locations[len(f.Locations)-1].Function != "main" {
-		t.Errorf("vDSO frame: %+v, want main", f)
+	if fn := frameFunction(res); fn != "main" {
+		t.Errorf("vDSO frame: %+v, want main", res.Threads[0].Frames[0])
 	}
 	s = New(Options{DebugDirs: []string{t.TempDir()}})
 	res = s.Symbolize(r)
 	s.Close()
 	if st := res.Modules[0].Status; !strings.Contains(st, "no debug info for [vdso] build-id") {
 		t.Errorf("without its debug file: %q", st)
+	}
+}
+
+// TestCloseForgets is what a collector does when its symbol store
+// changes: a module found without debug files stays so while cached, and
+// is looked up again after Close. Symbolize runs from several goroutines
+// (go test -race checks them).
+func TestCloseForgets(t *testing.T) {
+	r, so := vdsoReport(t)
+	tree := t.TempDir()
+	s := New(Options{DebugDirs: []string{tree}})
+	defer s.Close()
+	if fn := frameFunction(s.Symbolize(r)); fn != "" {
+		t.Fatalf("named %q with an empty tree", fn)
+	}
+	buildIDTree(t, tree, so)
+	if fn := frameFunction(s.Symbolize(r)); fn != "" {
+		t.Errorf("named %q from the cache's negative answer: want it kept until Close", fn)
+	}
+	s.Close()
+	var wg sync.WaitGroup
+	names := make([]string, 8)
+	for i := range names {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			names[i] = frameFunction(s.Symbolize(r))
+		}(i)
+	}
+	wg.Wait()
+	for i, fn := range names {
+		if fn != "main" {
+			t.Errorf("goroutine %d: %q after Close, want main", i, fn)
+		}
 	}
 }
