@@ -6,7 +6,9 @@
 //	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
 //	unwound crashes list|show|reports|resymbolize (--dir DIR | --url URL) ...
 //	unwound extract [--out DIR] [FILE] < console.log
-//	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbols add [--store DIR | --dir DIR] [-v] PATH...
+//	unwound symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
 //	unwound minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
 package main
 
@@ -17,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/unwound-dev/unwound/host/symbolize"
@@ -46,6 +49,8 @@ func main() {
 		err = sentryCmd(os.Args[2:])
 	case "crashes":
 		err = crashesCmd(os.Args[2:], os.Stdout)
+	case "symbols":
+		err = symbolsCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
 		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":
@@ -86,9 +91,14 @@ commands:
                                         subcommand takes --dir DIR or --url URL [--token T]
   extract [--out DIR] [FILE] < LOG      recover 'unwound-uploader dump' reports from a console log;
                                         prints the =UNWOUND-ACK lines the board's dump --remove takes
-  symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+  symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
                                         (DEBUGINFOD_URLS: also ask these debuginfod servers)
+  symbols add [--store DIR | --dir DIR] [-v] PATH...
+                                        index debug files by build ID into a symbol store: Yocto
+                                        build dirs, Buildroot output/, files, .debug pairs
+  symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
+                                        serve a symbol store over debuginfod (/buildid/ID/debuginfo)
   minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
                                         add MiniDebugInfo (.gnu_debugdata) to a stripped file: the
                                         symbols .dynsym lacks and the .debug_frame no loaded
@@ -197,6 +207,7 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	fs.Var(&dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug); repeatable; default SYSROOT/usr/lib/debug")
 	sysroot := fs.String("sysroot", "/", "the target's root filesystem `dir`: report paths are looked up under it")
 	format := fs.String("format", "text", "output `format`: text or json")
+	flags := storeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -212,9 +223,27 @@ func symbolizeCmd(args []string, w io.Writer) error {
 			dirs = append(dirs, d)
 		}
 	}
+	if d, collector := flags(); d != "" {
+		// A symbol store is a build-id tree: searched first. A
+		// collector need not have one yet; a --store must exist.
+		check := d
+		if collector != "" {
+			check = collector
+		}
+		if _, err := os.Stat(check); err != nil {
+			return fmt.Errorf("symbolize: %w", err)
+		}
+		dirs = append(multiFlag{d}, dirs...)
+	}
+	if os.Getenv("GOGC") == "" {
+		// A short-lived process whose heap is mostly section bytes:
+		// fewer collections (a tenth of a cold run's CPU), well within
+		// llvm-symbolizer's peak memory (BenchmarkColdProcess).
+		debug.SetGCPercent(400)
+	}
 	// DEBUGINFOD_URLS, as gdb and elfutils read it: servers asked by
 	// build ID when no debug file is found on disk.
-	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv()})
+	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv(), IndexDir: symbolize.DefaultIndexDir()})
 	defer s.Close()
 	failed := 0
 	for i, name := range fs.Args() {

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/host/symbolize"
+	"github.com/unwound-dev/unwound/host/symstore"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -116,7 +118,12 @@ func serve(args []string) error {
 		}
 		c.Start()
 		sinks = append(sinks, c)
-		o.Routes = map[string]http.Handler{"/api/": collector.API(c)}
+		// The collector's symbol store, served over debuginfod beside it.
+		syms, err := symstore.Open(filepath.Join(*dir, "symbols"))
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		o.Routes = map[string]http.Handler{"/api/": collector.API(c), "/buildid/": syms.Handler(o.Token)}
 	}
 	if *out != "" {
 		st, err := receive.NewStore(*out)
