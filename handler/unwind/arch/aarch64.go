@@ -2,6 +2,7 @@ package arch
 
 import (
 	"encoding/binary"
+	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 
 	"github.com/unwound-dev/unwound/handler/elf"
 )
@@ -37,8 +38,11 @@ var AArch64 = &Arch{
 	CallTargets:  sweepAArch64,
 	TailBranch:   tailAArch64,
 	PLTHeader:    32, // stp x16, x30, [sp, #-16]!; …
-	Strategies:   []string{"signal", "plt", "cfi", "lr", "fp", "scan"},
-	MinInsn:      4,
+	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
+		return prologue.AArch64(code, start, pc)
+	},
+	Strategies: []string{"signal", "plt", "cfi", "prologue", "lr", "fp", "scan"},
+	MinInsn:    4,
 	Sigreturns: []Sigreturn{{
 		// vDSO __kernel_rt_sigreturn: mov x8, #139; svc #0
 		// (arch/arm64/kernel/vdso/sigreturn.S). SP points at struct

@@ -104,7 +104,7 @@ type Arch struct {
 	ThumbBit bool
 	// Prologue analyses a function's prologue from its start to pc (file
 	// addresses; code holds the bytes at start), for code without unwind
-	// tables. nil where tables are complete (x86_64, AArch64).
+	// tables. nil where tables are complete (x86_64).
 	Prologue func(code []byte, start, pc uint64, thumb bool) (*prologue.Frame, error)
 
 	// PRStatusCPSR is the pr_reg index of a status word whose bit 5 is the

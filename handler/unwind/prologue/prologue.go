@@ -189,18 +189,26 @@ type insn struct {
 	indirect bool
 	// branch: a direct branch, conditional or not, to target.
 	branch bool
+	// call: a call (decoded for A64 only), which may not return.
+	call bool
 }
 
 // decoder decodes the instruction at off (file address addr) and applies
 // its effect to f. ok is false when the code ends before the instruction
 // does. One type for the three instruction sets keeps the handler small.
 type decoder struct {
-	riscv, thumb bool
-	it           int // Thumb-2: instructions left in the current IT block
+	riscv, thumb, a64 bool
+	it                int // Thumb-2: instructions left in the current IT block
+	// A64: the register a movz/movk just built a constant in, and the
+	// constant (a large frame: mov x12, #8576; sub sp, sp, x12).
+	constReg int
+	constVal uint64
 }
 
 func (d *decoder) decode(code []byte, off, addr uint64, f *Frame) (insn, bool) {
 	switch {
+	case d.a64:
+		return d.decodeA64(code, off, addr, f)
 	case d.riscv:
 		return decodeRISCV(code, off, addr, f)
 	case d.thumb:
@@ -223,8 +231,15 @@ func walk(d *decoder, code []byte, start, pc uint64) (*Frame, error) {
 	// afterJump: the frame at the latest indirect jump, for the code after
 	// it that no branch reaches (a switch's cases).
 	var afterJump *Frame
+	afterCall := false
 	off := uint64(0)
 	for n := 0; start+off < pc && n < maxInsns; n++ {
+		if b := at[start+off]; f != nil && afterCall && b != nil && (b.Size != f.Size || b.Dynamic != f.Dynamic) {
+			// A branch and the code after a call join with different
+			// frames: the call does not return (abort, a noreturn error
+			// path set up its own frame): the branch's frame holds.
+			f = b.clone()
+		}
 		if f == nil {
 			if f = at[start+off]; f == nil && afterJump != nil {
 				f = afterJump.clone()
@@ -241,6 +256,7 @@ func walk(d *decoder, code []byte, start, pc uint64) (*Frame, error) {
 		if f != nil && in.branch && in.target > start+off && in.target <= pc && at[in.target] == nil {
 			at[in.target] = f.clone()
 		}
+		afterCall = in.call
 		if in.end {
 			afterJump = nil
 			if in.indirect {
@@ -250,13 +266,16 @@ func walk(d *decoder, code []byte, start, pc uint64) (*Frame, error) {
 		}
 		off += uint64(in.size)
 	}
+	if b := at[pc]; f != nil && afterCall && b != nil && start+off == pc && (b.Size != f.Size || b.Dynamic != f.Dynamic) {
+		f = b // the PC follows a call that does not return (see above)
+	}
 	if f == nil && start+off == pc {
 		f = at[pc]
 	}
 	if f == nil {
 		return nil, ErrWrongStart
 	}
-	if f.Size == 0 {
+	if f.Size == 0 && !f.Dynamic && len(f.Saved) == 0 {
 		return nil, ErrNoPrologue
 	}
 	return f.clone(), nil
@@ -300,6 +319,12 @@ func ARM(code []byte, start, pc uint64, thumb bool) (*Frame, error) {
 // RISCV analyses RV64GC code from start to pc. x2 is sp.
 func RISCV(code []byte, start, pc uint64) (*Frame, error) {
 	return walk(&decoder{riscv: true}, code, start, pc)
+}
+
+// AArch64 analyses A64 code from start to pc. x29 is the frame pointer,
+// x30 the link register, 31 sp.
+func AArch64(code []byte, start, pc uint64) (*Frame, error) {
+	return walk(&decoder{a64: true, constReg: -1}, code, start, pc)
 }
 
 // decodeThumb decodes Thumb-2. Instructions inside an IT block are
@@ -487,6 +512,111 @@ func decodeRISCV(code []byte, off, addr uint64, f *Frame) (insn, bool) {
 		in.branch, in.target, in.end = true, uint64(int64(addr)+sext(imm, 21)), true
 	case w&0x707f == 0x67 && w>>7&0x1f == 0: // jalr x0, imm(rs1) (ret when ra, 0)
 		in.end, in.indirect = true, w != 0x00008067
+	}
+	return in, true
+}
+
+// decodeA64 decodes A64 (Arm ARM C4.1): the stores and loads of register
+// pairs and single registers against sp that GCC and clang use to save
+// and restore, sp adjustments, the frame pointer set from sp, and the
+// branches and returns that shape the paths. Rt 31 in a pair is xzr.
+func (d *decoder) decodeA64(code []byte, off, addr uint64, f *Frame) (insn, bool) {
+	if off+4 > uint64(len(code)) {
+		return insn{}, false
+	}
+	w := binary.LittleEndian.Uint32(code[off:])
+	in := insn{size: 4}
+	rt, rt2 := int(w&0x1f), int(w>>10&0x1f)
+	imm7 := sext(w>>15&0x7f, 7) * 8
+	imm9 := sext(w>>12&0x1ff, 9)
+	imm12 := int64(w >> 10 & 0xfff)
+	if w>>22&1 != 0 {
+		imm12 <<= 12
+	}
+	// Only the callee-saved registers (x19-x30) count as saved: stores of
+	// others are spills of values the function made.
+	kept := func(r int) bool { return r >= 19 && r <= 30 }
+	pair := func(base int64) {
+		if kept(rt) {
+			f.save(rt, base)
+		}
+		if kept(rt2) {
+			f.save(rt2, base+8)
+		}
+	}
+	unpair := func(base int64) {
+		f.restore(rt, base)
+		f.restore(rt2, base+8)
+	}
+	switch {
+	case w&0xffc003e0 == 0xa98003e0: // stp xt, xt2, [sp, #imm]!
+		f.adjust(imm7)
+		pair(0)
+	case w&0xffc003e0 == 0xa90003e0: // stp xt, xt2, [sp, #imm]
+		pair(imm7)
+	case w&0xffc003e0 == 0x6d8003e0: // stp dt, dt2, [sp, #imm]!
+		f.adjust(imm7)
+	case w&0xffe00fe0 == 0xf8000fe0: // str xt, [sp, #imm]!
+		f.adjust(imm9)
+		if kept(rt) {
+			f.save(rt, 0)
+		}
+	case w&0xffc003e0 == 0xf90003e0 && kept(rt): // str xt, [sp, #imm]
+		f.save(rt, int64(w>>10&0xfff)*8)
+	case w&0xff8003ff == 0xd10003ff: // sub sp, sp, #imm
+		f.adjust(-imm12)
+	case w&0xff8003ff == 0x910003ff: // add sp, sp, #imm
+		f.adjust(imm12)
+	case w&0xff8003ff == 0x910003fd: // add x29, sp, #imm (mov x29, sp)
+		f.setFP(29, imm12)
+	case w == 0x910003bf: // mov sp, x29
+		f.fromFP(29, 0)
+	case w&0xffe0ffff == 0xcb2063ff: // sub sp, sp, xm
+		if int(w>>16&0x1f) == d.constReg {
+			f.adjust(-int64(d.constVal))
+		} else {
+			f.Dynamic = true
+		}
+	case w&0xffe0ffff == 0x8b2063ff: // add sp, sp, xm
+		if int(w>>16&0x1f) == d.constReg {
+			f.adjust(int64(d.constVal))
+		}
+	case w&0xff800000 == 0xd2800000: // movz xd, #imm16, lsl #hw
+		d.constReg, d.constVal = rt, uint64(w>>5&0xffff)<<(16*(w>>21&3))
+		return in, true
+	case w&0xff800000 == 0xf2800000 && rt == d.constReg: // movk xd, #imm16, lsl #hw
+		sh := 16 * (w >> 21 & 3)
+		d.constVal = d.constVal&^(0xffff<<sh) | uint64(w>>5&0xffff)<<sh
+		return in, true
+	case w&0xffc003e0 == 0xa8c003e0: // ldp xt, xt2, [sp], #imm
+		unpair(0)
+		f.adjust(imm7)
+	case w&0xffc003e0 == 0xa94003e0: // ldp xt, xt2, [sp, #imm]
+		unpair(imm7)
+	case w&0xffc003e0 == 0x6cc003e0: // ldp dt, dt2, [sp], #imm
+		f.adjust(imm7)
+	case w&0xffe00fe0 == 0xf84007e0: // ldr xt, [sp], #imm
+		f.restore(rt, 0)
+		f.adjust(imm9)
+	case w&0xffc003e0 == 0xf94003e0: // ldr xt, [sp, #imm]
+		f.restore(rt, int64(w>>10&0xfff)*8)
+	case w&0xfffffc1f == 0xd65f0000, w == 0xd65f0bff, w == 0xd65f0fff: // ret, retaa, retab
+		in.end = true
+	case w&0xfc000000 == 0x94000000, w&0xfffffc1f == 0xd63f0000: // bl, blr
+		in.call = true
+	case w&0xfffffc1f == 0xd61f0000: // br xn: a tail call or a switch
+		in.end, in.indirect = true, true
+	case w&0xfc000000 == 0x14000000: // b
+		in.branch, in.target, in.end = true, uint64(int64(addr)+sext(w&0x3ffffff, 26)*4), true
+	case w&0xff000010 == 0x54000000: // b.cond
+		in.branch, in.target = true, uint64(int64(addr)+sext(w>>5&0x7ffff, 19)*4)
+	case w&0x7e000000 == 0x34000000: // cbz, cbnz
+		in.branch, in.target = true, uint64(int64(addr)+sext(w>>5&0x7ffff, 19)*4)
+	case w&0x7e000000 == 0x36000000: // tbz, tbnz
+		in.branch, in.target = true, uint64(int64(addr)+sext(w>>5&0x3fff, 14)*4)
+	}
+	if w&0xff000000 != 0xd1000000 && w&0xff000000 != 0xcb000000 {
+		d.constReg = -1 // a constant is used by the next instruction or lost
 	}
 	return in, true
 }

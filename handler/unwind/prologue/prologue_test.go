@@ -215,8 +215,39 @@ func FuzzAnalyzers(f *testing.F) {
 	f.Add(hw(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b, 0x46bd, 0xbdf8), true)
 	f.Add(hw(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001), false)
 	f.Add(hw(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00), true)
+	// A64: stp x29, x30, [sp, #-48]!; mov x29, sp; mov x12, #8576;
+	// sub sp, sp, x12; bl; ldp x29, x30, [sp], #48; ret
+	f.Add(words(0xa9bd7bfd, 0x910003fd, 0xd284300c, 0xcb2c63ff, 0x94000010, 0xa8c37bfd, 0xd65f03c0), false)
 	f.Fuzz(func(t *testing.T, code []byte, thumb bool) {
 		ARM(code, 0, uint64(len(code)), thumb)
 		RISCV(code, 0, uint64(len(code)))
+		AArch64(code, 0, uint64(len(code)))
 	})
+}
+
+func TestAArch64(t *testing.T) {
+	// stp x29, x30, [sp, #-48]!; mov x29, sp; stp x19, x20, [sp, #16]
+	code := words(0xa9bd7bfd, 0x910003fd, 0xa90153f3)
+	f, err := AArch64(code, 0, 12)
+	if err != nil || f.Size != 48 || f.Saved[29] != -48 || f.Saved[30] != -40 || f.Saved[19] != -32 || f.Saved[20] != -24 {
+		t.Errorf("frame record: %v %+v", err, f)
+	}
+	// A large frame: mov x12, #8576; sub sp, sp, x12; stp x29, x30, [sp]
+	code = words(0xd284300c, 0xcb2c63ff, 0xa9007bfd)
+	f, err = AArch64(code, 0, 12)
+	if err != nil || f.Size != 8576 || f.Dynamic || f.Saved[30] != -8568 {
+		t.Errorf("large frame: %v %+v", err, f)
+	}
+	// sub sp, sp, x0 (alloca) before a frame pointer: not a leaf.
+	if _, err := AArch64(words(0xcb2063ff), 0, 4); errors.Is(err, ErrNoPrologue) {
+		t.Errorf("alloca: %v, want no leaf", err)
+	}
+	// A leaf: add w0, w0, #1 before the PC.
+	if _, err := AArch64(words(0x11000400), 0, 4); !errors.Is(err, ErrNoPrologue) {
+		t.Errorf("leaf: %v", err)
+	}
+	// ret before the PC, nothing branching past it: not this function's start.
+	if _, err := AArch64(words(0xd65f03c0, 0xa9bf7bfd), 0, 8); !errors.Is(err, ErrWrongStart) {
+		t.Errorf("wrong start: %v", err)
+	}
 }
