@@ -16,6 +16,8 @@ import (
 	"github.com/unwound-dev/unwound/host/symbolize"
 )
 
+func init() { fleetCmds["crashes"] = func(args []string) error { return crashesCmd(args, os.Stdout) } }
+
 // crashes reads a collector, in the style of coredumpctl: list the
 // groups, show one group or report, list a group's reports, symbolize
 // again. It reads the collector's directory directly (--dir) or asks a

@@ -28,6 +28,15 @@ import (
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
+// fleetCmds are the commands of the fleet collector (serve, crashes,
+// sentry), registered by their files: the release tarball that Yocto and
+// Buildroot build the host tools from leaves those files out, with the
+// collector's pure-Go SQLite (docs/packaging.md, make dist).
+var fleetCmds = map[string]func(args []string) error{}
+
+// fleetOnly names them, for a clear error where they are left out.
+var fleetOnly = map[string]bool{"serve": true, "crashes": true, "sentry": true}
+
 func main() {
 	if len(os.Args) < 2 {
 		usage()
@@ -39,16 +48,10 @@ func main() {
 		err = decodeCmd(os.Args[2:])
 	case "receive":
 		err = receiveCmd(os.Args[2:])
-	case "serve":
-		err = serve(os.Args[2:])
 	case "extract", "undump":
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
-	case "sentry":
-		err = sentryCmd(os.Args[2:])
-	case "crashes":
-		err = crashesCmd(os.Args[2:], os.Stdout)
 	case "symbols":
 		err = symbolsCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
@@ -58,9 +61,17 @@ func main() {
 	case "help", "-h", "--help":
 		usage()
 	default:
-		fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		cmd, ok := fleetCmds[os.Args[1]]
+		switch {
+		case ok:
+			err = cmd(os.Args[2:])
+		case fleetOnly[os.Args[1]]:
+			err = fmt.Errorf("%s: this unwound was built without the fleet collector (the release tarball carries the build-host tools only); build it from the git tree", os.Args[1])
+		default:
+			fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
+			usage()
+			os.Exit(2)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "unwound:", err)

@@ -19,26 +19,6 @@ import (
 	"github.com/unwound-dev/unwound/report"
 )
 
-// collectorFlags are the flags of commands that open a collector
-// directory: where symbols are, retention, signature rules.
-type collectorFlags struct {
-	dirs     multiFlag
-	sysroot  string
-	keepDays int
-	maxBytes int64
-	rules    string
-}
-
-func (cf *collectorFlags) register(fs *flag.FlagSet, retention bool) {
-	fs.Var(&cf.dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug), searched after DIR/symbols; repeatable")
-	fs.StringVar(&cf.sysroot, "sysroot", "", "the target's root filesystem `dir`: report paths are looked up under it (default DIR/sysroot)")
-	fs.StringVar(&cf.rules, "rules", "", "signature rules `file` (TOML, as host/signature/rules.toml) added to the built-in ones")
-	if retention {
-		fs.IntVar(&cf.keepDays, "keep-days", 0, "prune reports received more than `N` days ago (0: keep them); groups keep their counts")
-		fs.Int64Var(&cf.maxBytes, "max-bytes", 0, "prune the oldest reports while the kept reports exceed `N` bytes (0: no bound)")
-	}
-}
-
 // open opens the collector in dir with these flags; DEBUGINFOD_URLS is
 // read as unwound symbolize reads it.
 func (cf *collectorFlags) open(dir string, logf func(string, ...any)) (*collector.Collector, error) {
@@ -58,6 +38,24 @@ func (cf *collectorFlags) open(dir string, logf func(string, ...any)) (*collecto
 		o.Rules = signature.Default().Extend(extra)
 	}
 	return collector.Open(dir, o)
+}
+
+func init() {
+	fleetCmds["serve"] = serve
+	collectorSinks = openCollectorSinks
+}
+
+// openCollectorSinks is where unwound receive hands reports to a collector:
+// its directory, or a running one's URL.
+func openCollectorSinks(cf *collectorFlags, dir, url, token string, logf func(string, ...any)) (receive.Sink, func() error, error) {
+	if dir != "" {
+		c, err := cf.open(dir, logf)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, c.Close, nil
+	}
+	return &collector.Client{URL: url, Token: token}, func() error { return nil }, nil
 }
 
 // serve is an HTTP receiver: what unwound-uploader's HTTP transport posts
