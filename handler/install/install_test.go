@@ -119,7 +119,9 @@ func run(t *testing.T, root string, args ...string) (string, error) {
 // with root taken off: the line the board's kernel must get.
 func boardPattern(t *testing.T, root string) string {
 	t.Helper()
-	out, err := run(t, root, "--core-pattern")
+	// install --root decides "auto" as off: the staged root boots
+	// another kernel.
+	out, err := run(t, root, "--pidfd", "off", "--core-pattern")
 	if err != nil {
 		t.Fatalf("--core-pattern: %v %s", err, out)
 	}
