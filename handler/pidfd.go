@@ -113,9 +113,14 @@ type pidfd struct {
 }
 
 // openPidfd takes fd as the pidfd of pid: nil and why not when fd is no
-// pidfd, or one of another process.
+// pidfd, or one of another process. A pidfd whose process is already gone
+// is taken (with errPidfdGone): whatever holds pid now is not the crashed
+// process, and same says so.
 func openPidfd(fd, pid int) (*pidfd, error) {
 	got, err := pidfdPID(fd)
+	if errors.Is(err, errPidfdGone) {
+		return &pidfd{fd: fd, pid: pid}, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -167,24 +172,25 @@ func kernelPidfd(lg *Logger, arg string, pid int) *pidfd {
 		return nil
 	}
 	p, err := openPidfd(fd, pid)
+	if p != nil {
+		unix.CloseOnExec(fd)
+		return p
+	}
 	if err != nil {
 		lg.Warnf("--pidfd %d ignored, identifying pid %d by number only: %v", fd, pid, err)
 		if !errors.Is(err, unix.EBADF) {
 			unix.Close(fd)
 		}
-		return nil
 	}
-	unix.CloseOnExec(fd)
-	return p
+	return nil
 }
 
 // childPidfd is the pidfd a supervising parent passed on as ChildPidfd:
 // nil when it passed none.
 func childPidfd(pid int) *pidfd {
-	p, err := openPidfd(ChildPidfd, pid)
-	if err != nil {
-		return nil
+	p, _ := openPidfd(ChildPidfd, pid)
+	if p != nil {
+		unix.CloseOnExec(ChildPidfd)
 	}
-	unix.CloseOnExec(ChildPidfd)
 	return p
 }
