@@ -161,7 +161,7 @@ func (p *pidfd) signal(sig unix.Signal) error {
 // kernelPidfd takes the pidfd the kernel passed (--pidfd=%F): nil when
 // there is none (a kernel before 6.16 expands %F to nothing), and nil with
 // a log line when the fd is not the crashed process's pidfd (an fd the
-// handler inherited by accident), which then is closed.
+// handler inherited by accident, or its own).
 func kernelPidfd(lg *Logger, arg string, pid int) *pidfd {
 	if arg == "" {
 		return nil
@@ -177,10 +177,9 @@ func kernelPidfd(lg *Logger, arg string, pid int) *pidfd {
 		return p
 	}
 	if err != nil {
+		// Left open: it may be the handler's own (its log, when the
+		// kernel passed no fd 3).
 		lg.Warnf("--pidfd %d ignored, identifying pid %d by number only: %v", fd, pid, err)
-		if !errors.Is(err, unix.EBADF) {
-			unix.Close(fd)
-		}
 	}
 	return nil
 }

@@ -429,3 +429,39 @@ func TestKuserNote(t *testing.T) {
 		}
 	}
 }
+
+// The line install writes asks for the pidfd when the running kernel
+// passes one (auto), or as told; a staged root's auto is off.
+func TestInstallPidfdChoice(t *testing.T) {
+	const exe = "/usr/bin/unwound-handler"
+	for _, tc := range []struct {
+		root, mode, release string
+		want                bool
+	}{
+		{"/", "auto", "6.18.44-fc-v657", true},
+		{"/", "", "6.16.0", true},
+		{"/", "auto", "6.12.40", false},
+		{"/", "on", "6.1.0", true},
+		{"/", "off", "6.18.0", false},
+		{"staged", "auto", "6.18.0", false},
+		{"staged", "on", "6.1.0", true},
+	} {
+		o := Options{Root: "/", Exe: exe, Config: "/etc/unwound/unwound.toml", Pidfd: tc.mode, KernelRelease: tc.release}
+		if tc.root == "staged" {
+			o.Root = t.TempDir()
+			o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
+			writeFile(t, o.Root, "usr/bin/unwound-handler", "")
+		}
+		p, err := o.Pattern()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(p, sysctl.PidfdArg); got != tc.want {
+			t.Errorf("%+v: %q", tc, p)
+		}
+	}
+	o := Options{Root: "/", Exe: exe, Pidfd: "sometimes"}
+	if _, err := o.Pattern(); err == nil {
+		t.Errorf("--pidfd sometimes accepted")
+	}
+}

@@ -74,7 +74,9 @@ func KernelRelease() string {
 func PidfdSupported(release string) bool {
 	major, rest, _ := strings.Cut(release, ".")
 	minor, _, _ := strings.Cut(rest, ".")
-	minor = strings.TrimRightFunc(minor, func(r rune) bool { return r < '0' || r > '9' })
+	if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minor = minor[:i] // "16-rc1", "17rc2"
+	}
 	ma, err1 := strconv.Atoi(major)
 	mi, err2 := strconv.Atoi(minor)
 	if err1 != nil || err2 != nil {
