@@ -115,11 +115,7 @@ func run() int {
 		self, err := sysctl.Executable()
 		if err == nil {
 			var line string
-			var pidfd bool
-			if pidfd, err = sysctl.ChoosePidfd(*o.pidfd, ""); err == nil {
-				line, err = sysctl.PatternFor(self, *o.config, pidfd)
-			}
-			if err == nil {
+			if line, err = sysctl.PatternMode(self, *o.config, *o.pidfd, ""); err == nil {
 				fmt.Println(line)
 				return 0
 			}

@@ -141,11 +141,7 @@ func (o *Options) Pattern() (string, error) {
 		// (make install CORE_PATTERN_PIDFD=on).
 		mode = "off"
 	}
-	pidfd, err := sysctl.ChoosePidfd(mode, o.KernelRelease)
-	if err != nil {
-		return "", err
-	}
-	return sysctl.PatternFor(board, o.Config, pidfd)
+	return sysctl.PatternMode(board, o.Config, mode, o.KernelRelease)
 }
 
 // Foreign is another handler's core_pattern that install would replace.

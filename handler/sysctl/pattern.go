@@ -103,6 +103,24 @@ func ChoosePidfd(mode, release string) (bool, error) {
 	return false, fmt.Errorf("pidfd %q: want auto, on or off", mode)
 }
 
+// PatternMode is the line for a --pidfd mode (ChoosePidfd). "auto" drops
+// the pidfd when the line would not fit the kernel's 127 characters with
+// it: the pidfd guards against a reused pid, the line is what makes
+// crashes reach the handler at all. "on" fails then.
+func PatternMode(exe, configPath, mode, release string) (string, error) {
+	pidfd, err := ChoosePidfd(mode, release)
+	if err != nil {
+		return "", err
+	}
+	p, err := PatternFor(exe, configPath, pidfd)
+	if err != nil && pidfd && mode != "on" {
+		if without, err2 := PatternFor(exe, configPath, false); err2 == nil {
+			return without, nil
+		}
+	}
+	return p, err
+}
+
 // Executable is the running program's own absolute path, symlinks
 // resolved: what a core_pattern line must name.
 func Executable() (string, error) {

@@ -82,6 +82,16 @@ func TestPatternFor(t *testing.T) {
 	if _, err := PatternFor(long, cfg, true); err == nil || !strings.Contains(err.Error(), "127") {
 		t.Errorf("over 127 characters with %s: %v", PidfdArg, err)
 	}
+	// auto then writes the line without; on refuses.
+	if p, err := PatternMode(long, cfg, "auto", "6.18.0"); err != nil || strings.Contains(p, PidfdArg) {
+		t.Errorf("auto, too long with the pidfd: %q %v", p, err)
+	}
+	if _, err := PatternMode(long, cfg, "on", "6.18.0"); err == nil {
+		t.Errorf("on, too long with the pidfd: accepted")
+	}
+	if p, err := PatternMode(exe, cfg, "auto", "6.18.0"); err != nil || p != with {
+		t.Errorf("auto on 6.18: %q %v", p, err)
+	}
 }
 
 // The drift check and install take a line with and without the pidfd as
