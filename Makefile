@@ -90,8 +90,9 @@ bench-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -run '^$$' -bench CrashToReap -benchtime 3x ./handler
 
 # Opt-in, root: installs the built handler as the host's core_pattern,
-# crashes the x86_64 fixtures and compares with gdb; restores the pattern on
-# every exit path.
+# crashes the x86_64 fixtures and compares with gdb, and on a 6.16+ kernel
+# crashes a program under a --pidfd=%F line (TestHostPidfd); restores the
+# pattern on every exit path.
 test-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -count=1 -run TestHost -v ./handler/...
 
