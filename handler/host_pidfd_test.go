@@ -58,11 +58,7 @@ func TestHostPidfd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	built, cfg, qdir, _ := hostHandler(t, dir)
-	bin := filepath.Join(dir, "unwound-handler")
-	if b, err := os.ReadFile(built); err != nil || os.WriteFile(bin, b, 0o755) != nil {
-		t.Fatalf("copying the handler: %v", err)
-	}
+	bin, cfg, qdir, _ := hostHandler(t, dir)
 	prog := filepath.Join(dir, "crasher")
 	os.WriteFile(prog+".c", []byte(crashSrc), 0o644)
 	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", prog, prog+".c").CombinedOutput(); err != nil {
