@@ -284,3 +284,36 @@ func pidReuseInNamespace(t *testing.T) {
 		t.Errorf("%d threads, want the core's 3", len(r.Threads))
 	}
 }
+
+// BenchmarkPidfdCheck: what one check of the pidfd (PIDFD_GET_INFO and a
+// signal 0) costs, against one read of /proc/<pid>/maps, which every live
+// unwind does, measured on the same process in the same run.
+func BenchmarkPidfdCheck(b *testing.B) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		b.Skipf("pidfd_open: %v", err)
+	}
+	defer unix.Close(fd)
+	p := &pidfd{fd: fd, pid: cmd.Process.Pid}
+	var check, maps time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := p.same(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := procMaps(p.pid); err != nil {
+			b.Fatal(err)
+		}
+		check += t1.Sub(t0)
+		maps += time.Since(t1)
+	}
+	b.ReportMetric(float64(check.Nanoseconds())/float64(b.N), "check-ns")
+	b.ReportMetric(float64(maps.Nanoseconds())/float64(b.N), "maps-ns")
+	b.ReportMetric(float64(check)/float64(maps), "check/maps")
+}
