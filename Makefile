@@ -195,6 +195,9 @@ endif
 # make dist [VERSION=x.y] [DISTDIR=dist]: $(DISTDIR)/unwound-$(VERSION).tar.gz, the source tree
 # (tracked files as they are in the work tree) with vendor/, so it builds with
 # -mod=vendor and no network (what the Yocto and Buildroot packages use).
+# The fleet collector is left out (scripts/dist-prune.sh): its SQLite would
+# be 95% of the tarball, and the build systems build the board binaries and
+# the build-host tools only.
 # Reproducible: sorted, owner 0, mtime of the last commit, gzip -n.
 DIST_NAME := unwound-$(VERSION)
 DISTDIR   ?= dist
@@ -205,7 +208,8 @@ dist:
 	mkdir -p build/dist $(DISTDIR)
 	tree=$$(git stash create); git archive --format=tar --prefix=$(DIST_NAME)/ $${tree:-HEAD} | tar -x -C build/dist
 	echo '$(VERSION)' > build/dist/$(DIST_NAME)/VERSION
-	$(GO) mod vendor -o build/dist/$(DIST_NAME)/vendor
+	scripts/dist-prune.sh build/dist/$(DIST_NAME)
+	cd build/dist/$(DIST_NAME) && $(GO) mod vendor
 	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct) \
 		-C build/dist -cf - $(DIST_NAME) | gzip -n -9 > $(DISTDIR)/$(DIST_NAME).tar.gz
 	rm -rf build/dist/$(DIST_NAME)

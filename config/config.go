@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/internal/regular"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // DefaultPath is where packages install the config.
@@ -41,6 +42,10 @@ type Device struct {
 	// ID is sent with every report. Empty: a keyed hash of
 	// /etc/machine-id, never the raw id (systemd treats it as secret).
 	ID string `toml:"id"`
+	// Attributes are copied into every report as device.attributes: a few
+	// short strings such as hw_rev or channel, bounded by
+	// report.MaxAttributes, MaxAttributeKey and MaxAttributeValue.
+	Attributes map[string]string `toml:"attributes"`
 }
 
 // Handler bounds the crash handler.
@@ -110,7 +115,10 @@ type Serial struct {
 }
 
 // Default returns the configuration used when no file exists; it is what
-// configs/unwound.toml spells out.
+// configs/unwound.toml spells out. Not inlined: the handler calls it from several places, and each inlined
+// copy of the literal cost it flash (docs/design.md, "Footprint").
+//
+//go:noinline
 func Default() *Config {
 	return &Config{
 		Handler: Handler{
@@ -365,6 +373,9 @@ func (c *Config) check() []problem {
 		}
 		ps = append(ps, problem{key, fmt.Sprintf("%q: want one of %s", v, strings.Join(allowed, ", "))})
 	}
+	if msg := checkAttributes(c.Device.Attributes); msg != "" {
+		ps = append(ps, problem{"device.attributes", msg})
+	}
 	h := &c.Handler
 	rng("handler.max_threads", h.MaxThreads, 1, 4096)
 	rng("handler.max_frames", h.MaxFrames, 2, 65536)
@@ -402,6 +413,33 @@ func (c *Config) check() []problem {
 	oneOf("serial.flow_control", s.FlowControl, "none", "rtscts")
 	oneOf("serial.framing", s.Framing, "text", "binary")
 	return ps
+}
+
+// checkAttributes bounds device.attributes: they travel in every report
+// and are the columns a collector counts by, so they are few and short.
+// Keys are bare TOML keys; values are printable.
+func checkAttributes(a map[string]string) string {
+	bad, found := "", false
+	for k, v := range a {
+		ok := len(k) > 0 && len(k) <= report.MaxAttributeKey && len(v) <= report.MaxAttributeValue &&
+			strings.Trim(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == ""
+		for i := 0; i < len(v); i++ {
+			ok = ok && v[i] >= 0x20 && v[i] != 0x7f
+		}
+		if !ok {
+			if !found || k < bad {
+				bad, found = k, true // the same one every time
+			}
+		}
+	}
+	switch {
+	case found:
+		return fmt.Sprintf("%q = %q: want a key of 1..%d of A-Z a-z 0-9 _ - and a printable value of at most %d bytes",
+			bad, a[bad], report.MaxAttributeKey, report.MaxAttributeValue)
+	case len(a) > report.MaxAttributes:
+		return fmt.Sprintf("%d attributes, at most %d", len(a), report.MaxAttributes)
+	}
+	return ""
 }
 
 // DeviceID returns the configured id, or an application-specific hash of

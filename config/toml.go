@@ -17,15 +17,17 @@ import (
 //
 // Accepted: comments, blank lines, [table] headers, key = value with bare
 // or quoted keys, and values that are basic or literal strings (one line),
-// integers (decimal, 0x, 0o, 0b, underscores) and booleans. Everything else
-// in TOML (arrays, inline tables, dotted keys, multi-line strings, floats,
-// dates) is an error naming the line: no key of this config needs them.
+// integers (decimal, 0x, 0o, 0b, underscores), booleans, and one-line
+// inline tables of such strings (device.attributes). Everything else in
+// TOML (arrays, other inline tables, dotted keys, multi-line strings,
+// floats, dates) is an error naming the line: no key of this config needs
+// them.
 
 // entry is one `key = value` of the file.
 type entry struct {
 	table, key string
 	line       int
-	val        any // string, int64 or bool
+	val        any // string, int64, bool or map[string]string
 }
 
 func (e entry) name() string {
@@ -280,8 +282,10 @@ func parseValue(s string) (any, string, error) {
 		return nil, "", fmt.Errorf("multi-line strings are not supported by unwound's config reader")
 	case s[0] == '"' || s[0] == '\'':
 		return parseString(s)
-	case s[0] == '[' || s[0] == '{':
-		return nil, "", fmt.Errorf("arrays and inline tables are not supported by unwound's config reader")
+	case s[0] == '[':
+		return nil, "", fmt.Errorf("arrays are not supported by unwound's config reader")
+	case s[0] == '{':
+		return parseInlineTable(s)
 	}
 	i := strings.IndexAny(s, " \t#")
 	if i < 0 {
@@ -299,6 +303,37 @@ func parseValue(s string) (any, string, error) {
 		return nil, "", err
 	}
 	return v, rest, nil
+}
+
+// parseInlineTable reads a one-line inline table of strings, such as
+// { hw_rev = "B2", channel = 'beta' }, or {}: the only kind
+// device.attributes takes. A trailing comma is an error, as in TOML 1.0.
+func parseInlineTable(s string) (map[string]string, string, error) {
+	m := map[string]string{}
+	rest := strings.TrimLeft(s[1:], " \t")
+	for ok := !strings.HasPrefix(rest, "}"); ok; {
+		key, r, err := parseKey(rest)
+		r = strings.TrimLeft(r, " \t")
+		if err != nil || !strings.HasPrefix(r, "=") {
+			return nil, "", badInline(rest)
+		}
+		v, r, _ := parseValue(strings.TrimLeft(r[1:], " \t"))
+		str, isStr := v.(string)
+		if _, dup := m[key]; !isStr || dup {
+			return nil, "", badInline(rest)
+		}
+		m[key] = str
+		r, ok = strings.CutPrefix(strings.TrimLeft(r, " \t"), ",")
+		rest = strings.TrimLeft(r, " \t")
+	}
+	if !strings.HasPrefix(rest, "}") {
+		return nil, "", badInline(rest)
+	}
+	return m, rest[1:], nil
+}
+
+func badInline(at string) error {
+	return fmt.Errorf("inline table: at %q: want { key = \"string\", … } on one line, each key once", short(at))
 }
 
 // parseInt reads a TOML integer: decimal with an optional sign, or 0x, 0o,
@@ -435,6 +470,16 @@ func (c *Config) set(e entry) error {
 			f.SetInt(v)
 			return nil
 		}
+	case reflect.Map:
+		// A new map each time (Parse tries each key on a shallow copy);
+		// an empty one is none.
+		if m, ok := e.val.(map[string]string); ok {
+			if len(m) == 0 {
+				m = nil
+			}
+			*f.Addr().Interface().(*map[string]string) = m
+			return nil
+		}
 	}
 	return fmt.Errorf("incompatible types: want %s, got %s", kindName(f.Kind()), kind(e.val))
 }
@@ -455,6 +500,8 @@ func kind(v any) string {
 		return "a string"
 	case int64:
 		return "an integer"
+	case map[string]string:
+		return "an inline table"
 	default:
 		return "a boolean"
 	}
@@ -466,6 +513,8 @@ func kindName(k reflect.Kind) string {
 		return "a string"
 	case reflect.Int:
 		return "an integer"
+	case reflect.Map:
+		return "an inline table of strings"
 	default:
 		return "a boolean"
 	}

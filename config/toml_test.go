@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -17,6 +18,11 @@ func viaLibrary(text []byte) (*Config, error) {
 	md, err := toml.NewDecoder(bytes.NewReader(text)).Decode(c)
 	if err == nil && len(md.Undecoded()) > 0 {
 		err = os.ErrInvalid
+	}
+	// An empty inline table is no attributes: the library makes an empty
+	// map of it, ours none.
+	if len(c.Device.Attributes) == 0 {
+		c.Device.Attributes = nil
 	}
 	return c, err
 }
@@ -48,7 +54,7 @@ func TestTOMLSubsetAccepts(t *testing.T) {
 
 func TestTOMLSubsetRefuses(t *testing.T) {
 	for _, tc := range []struct{ text, want string }{
-		{"[handler]\nmax_frames = [1]\n", "x:2: handler.max_frames: arrays and inline tables are not supported"},
+		{"[handler]\nmax_frames = [1]\n", "x:2: handler.max_frames: arrays are not supported"},
 		{"[handler]\nmax_frames = 1.5\n", "x:2: handler.max_frames: \"1.5\": not a string, integer or boolean"},
 		{"[handler]\nmax_frames = 012\n", "not a string, integer or boolean"},
 		{"[handler]\nmax_frames = 1__0\n", "not a string, integer or boolean"},
@@ -94,6 +100,8 @@ func FuzzTOMLSubset(f *testing.F) {
 	f.Add([]byte("[device]\nid = \"\\uD800\"\n"))
 	f.Add([]byte("[handler]\n[handler]\n"))
 	f.Add([]byte("[handler]\nmax_frames = [\n1,\n]\n"))
+	f.Add([]byte("[device]\nattributes = { a = \"b\", 'c d' = 'e' }\n"))
+	f.Add([]byte("[device]\nattributes = {a=\"\",}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := Parse("fuzz", b)
 		if err != nil {
@@ -107,4 +115,57 @@ func FuzzTOMLSubset(f *testing.F) {
 			t.Fatalf("%q:\n got %+v\nwant %+v", b, got, want)
 		}
 	})
+}
+
+func TestAttributes(t *testing.T) {
+	text := "[device]\nattributes = { hw_rev = \"B2\", \"channel\" = 'beta',x-y=\"\" } # c\n"
+	c, err := Parse("x", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"hw_rev": "B2", "channel": "beta", "x-y": ""}
+	if !reflect.DeepEqual(c.Device.Attributes, want) {
+		t.Errorf("got %v, want %v", c.Device.Attributes, want)
+	}
+	lib, err := viaLibrary([]byte(text))
+	if err != nil || !reflect.DeepEqual(lib, c) {
+		t.Errorf("the TOML library reads it otherwise: %v %+v", err, lib)
+	}
+	if c, err := Parse("x", []byte("[device]\nattributes = {}\n")); err != nil || len(c.Device.Attributes) != 0 {
+		t.Errorf("{}: %v %v", c.Device.Attributes, err)
+	}
+}
+
+func TestAttributesBounded(t *testing.T) {
+	many := "[device]\nattributes = {"
+	for i := 0; i < 17; i++ {
+		if i > 0 {
+			many += ", "
+		}
+		many += fmt.Sprintf("k%d = \"v\"", i)
+	}
+	many += "}\n"
+	for _, tc := range []struct{ text, want string }{
+		{many, "x:2: device.attributes: 17 attributes, at most 16"},
+		{"[device]\nattributes = { " + strings.Repeat("k", 33) + " = \"v\" }\n", "x:2: device.attributes: \"kkkk"},
+		{"[device]\nattributes = { \"a b\" = \"v\", c = \"d\" }\n", `"a b" = "v": want a key of 1..32 of A-Z a-z 0-9 _ - and a printable value of at most 64 bytes`},
+		{"[device]\nattributes = { \"\" = \"v\" }\n", `"" = "v": want a key`},
+		{"[device]\nattributes = { k = \"" + strings.Repeat("v", 65) + "\" }\n", `"k" = "vvvvv`},
+		{"[device]\nattributes = { k = \"a\\nb\" }\n", `"k" = "a\nb": want`},
+		{"[device]\nattributes = { k = 1 }\n", "inline table: at \"k = 1 }\": want { key = \"string\", … } on one line, each key once"},
+		{"[device]\nattributes = { k = \"a\", }\n", "at \"}\": want"},
+		{"[device]\nattributes = { k = \"a\", k = \"b\" }\n", "at \"k = \\\"b\\\" }\": want"},
+		{"[device]\nattributes = { k = \"a\" \n", "inline table: at \"\": want"},
+		{"[device]\nattributes = { k.l = \"a\" }\n", "at \"k.l = "},
+		{"[device]\nid = { k = \"a\" }\n", "device.id: incompatible types: want a string, got an inline table"},
+		{"[device]\nattributes = \"x\"\n", "want an inline table of strings, got a string"},
+	} {
+		c, err := Parse("x", []byte(tc.text))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.text, err, tc.want)
+		}
+		if len(c.Device.Attributes) != 0 {
+			t.Errorf("%q: attributes %v kept", tc.text, c.Device.Attributes)
+		}
+	}
 }

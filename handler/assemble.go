@@ -10,6 +10,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
+	"github.com/unwound-dev/unwound/internal/regular"
 	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/report"
 )
@@ -55,6 +56,17 @@ func (c *crash) report() *report.Report {
 	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
 	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
 	r.DeviceID = c.cfg.DeviceID()
+	// os-release(5): the first file that exists, in one small read (a
+	// real one is well under the bound; a larger one is cut, not refused).
+	for _, p := range osReleasePaths {
+		if b, err := regular.ReadFile(p, 8<<10); err == nil {
+			r.Release = report.ParseOSRelease(b)
+			break
+		}
+	}
+	if a := c.cfg.Device.Attributes; len(a) > 0 {
+		r.Device = &report.Device{Attributes: a}
+	}
 	r.Modules, r.Threads = []report.Module{}, []report.Thread{}
 	if c.core != nil && c.arch != nil {
 		c.assembleThreads(r)
@@ -218,6 +230,10 @@ func readTrim(p string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// osReleasePaths are where os-release(5) says to look, in order: the
+// first is usually a symlink to the second.
+var osReleasePaths = []string{"/etc/os-release", "/usr/lib/os-release"}
 
 // minimalReport is the report of a core that cannot be used: the
 // kernel's arguments and what went wrong.

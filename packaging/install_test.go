@@ -580,3 +580,33 @@ func distTree(t *testing.T) string {
 }
 
 var distDir string
+
+// The release tarball carries the board binaries and the build-host tools,
+// not the fleet collector and its SQLite (scripts/dist-prune.sh): its
+// vendor/ holds no modernc.org module, everything in it builds offline,
+// and the unwound built from it runs minidebuginfo and answers serve with
+// an error that says what is missing.
+func TestDistLeavesCollectorOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("make dist and a build: not in -short")
+	}
+	top := distTree(t)
+	if _, err := os.Stat(filepath.Join(top, "vendor", "modernc.org")); err == nil {
+		t.Error("vendor/ holds modernc.org: the collector's SQLite is in the tarball")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/...")
+	build.Dir = top
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=vendor", "GOPROXY=off", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/... in the tarball: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(bin, "unwound"), "serve", "--dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "without the fleet collector") {
+		t.Errorf("unwound serve from the tarball: %v\n%s", err, out)
+	}
+	out, _ = exec.Command(filepath.Join(bin, "unwound"), "minidebuginfo").CombinedOutput()
+	if !strings.Contains(string(out), "usage: unwound minidebuginfo") {
+		t.Errorf("unwound minidebuginfo from the tarball:\n%s", out)
+	}
+}

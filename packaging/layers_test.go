@@ -276,7 +276,8 @@ func TestYoctoLayer(t *testing.T) {
 	}
 
 	readme := readRepo(t, "recipes/README.md")
-	for _, s := range []string{"Maintainer:", "patches", "IMAGE_INSTALL", "-funwind-tables", "-fasynchronous-unwind-tables", "UNWOUND_QUEUE_DIR"} {
+	for _, s := range []string{"Maintainer:", "patches", "IMAGE_INSTALL", "-funwind-tables", "-fasynchronous-unwind-tables", "UNWOUND_QUEUE_DIR",
+		"OS_RELEASE_FIELDS", "IMAGE_VERSION", "attributes = {"} {
 		if !strings.Contains(readme, s) {
 			t.Errorf("recipes/README.md does not mention %q", s)
 		}
@@ -461,6 +462,13 @@ func TestBuildrootExternal(t *testing.T) {
 	}
 	if !fileExists(t, "buildroot/README.md") {
 		t.Error("buildroot/README.md missing")
+	} else {
+		readme := readRepo(t, "buildroot/README.md")
+		for _, s := range []string{"BR2_ROOTFS_POST_BUILD_SCRIPT", "IMAGE_VERSION", "BR2_ROOTFS_OVERLAY", "attributes = {"} {
+			if !strings.Contains(readme, s) {
+				t.Errorf("buildroot/README.md does not mention %q", s)
+			}
+		}
 	}
 
 	cfg := readRepo(t, brPkg+"Config.in")

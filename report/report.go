@@ -67,6 +67,11 @@ type Report struct {
 	DeviceID    string `json:"device_id,omitempty"`
 	Kernel      string `json:"kernel,omitempty"` // uname release
 	Arch        string `json:"arch"`             // x86_64, aarch64, arm, riscv64
+	// Release is the board's image, from os-release; Device holds what
+	// the board's config says about it. Both are absent in reports from
+	// handlers before they were added, and when there is nothing to say.
+	Release *Release `json:"release,omitempty"`
+	Device  *Device  `json:"device,omitempty"`
 
 	Signal  Signal   `json:"signal"`
 	PID     int      `json:"pid"`
@@ -88,6 +93,37 @@ type Report struct {
 
 	Handler Handler `json:"handler"`
 }
+
+// Release is the software the board runs: os-release(5)'s ID,
+// VERSION_ID, IMAGE_ID, IMAGE_VERSION and BUILD_ID.
+type Release struct {
+	ID           string `json:"id,omitempty"`
+	VersionID    string `json:"version_id,omitempty"`
+	ImageID      string `json:"image_id,omitempty"`
+	ImageVersion string `json:"image_version,omitempty"`
+	BuildID      string `json:"build_id,omitempty"`
+}
+
+// Device is what the board's config says about the board.
+type Device struct {
+	// Attributes is device.attributes: a few short strings (hardware
+	// revision, update channel), at most MaxAttributes of them.
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// Bounds of what a board describes itself with: the config refuses
+// attributes beyond them, the handler cuts os-release values to
+// MaxReleaseValue bytes, and readers refuse reports beyond them.
+const (
+	MaxAttributes     = 16
+	MaxAttributeKey   = 32
+	MaxAttributeValue = 64
+	MaxReleaseValue   = 64
+	// The config's ceilings of handler.max_threads and handler.max_frames:
+	// no handler writes more.
+	MaxThreads = 4096
+	MaxFrames  = 65536
+)
 
 // Signal describes the fatal signal.
 type Signal struct {
@@ -171,12 +207,36 @@ func (r *Report) Validate() error {
 	} else if _, err := hex.DecodeString(r.ID); err != nil {
 		errs = append(errs, fmt.Errorf("id %q: not hex", r.ID))
 	}
+	if r.Release != nil {
+		for _, v := range []string{r.Release.ID, r.Release.VersionID, r.Release.ImageID, r.Release.ImageVersion, r.Release.BuildID} {
+			if len(v) > MaxReleaseValue {
+				errs = append(errs, fmt.Errorf("release value %.16q…: longer than %d bytes", v, MaxReleaseValue))
+			}
+		}
+	}
+	if r.Device != nil {
+		if n := len(r.Device.Attributes); n > MaxAttributes {
+			errs = append(errs, fmt.Errorf("device: %d attributes, at most %d", n, MaxAttributes))
+		}
+		for k, v := range r.Device.Attributes {
+			if len(k) == 0 || len(k) > MaxAttributeKey || len(v) > MaxAttributeValue {
+				errs = append(errs, fmt.Errorf("device attribute %.16q: key of 1..%d bytes, value of at most %d", k, MaxAttributeKey, MaxAttributeValue))
+			}
+		}
+	}
 	for i, m := range r.Modules {
 		if m.End < m.Start {
 			errs = append(errs, fmt.Errorf("module %d (%s): end %v below start %v", i, m.Path, m.End, m.Start))
 		}
 	}
+	if len(r.Threads) > MaxThreads {
+		errs = append(errs, fmt.Errorf("%d threads, at most %d", len(r.Threads), MaxThreads))
+	}
 	for i, t := range r.Threads {
+		if len(t.Frames) > MaxFrames {
+			errs = append(errs, fmt.Errorf("thread %d: %d frames, at most %d", i, len(t.Frames), MaxFrames))
+			continue
+		}
 		for j, f := range t.Frames {
 			if f.Module < -1 || f.Module >= len(r.Modules) {
 				errs = append(errs, fmt.Errorf("thread %d frame %d: module index %d out of range", i, j, f.Module))

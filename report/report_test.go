@@ -110,3 +110,54 @@ func TestValidateTrust(t *testing.T) {
 		t.Errorf("unknown trust level: %v", err)
 	}
 }
+
+// TestReleaseAndDevice: the fields are in the JSON when set, absent when
+// not (a report from an older handler reads the same), and bounded.
+func TestReleaseAndDevice(t *testing.T) {
+	r := sample()
+	js, _ := jsonlite.Marshal(r)
+	if bytes.Contains(js, []byte(`"release"`)) || bytes.Contains(js, []byte(`"device"`)) {
+		t.Errorf("empty release or device written: %s", js)
+	}
+	r.Release = &Release{ID: "poky", ImageVersion: "2.4.1"}
+	r.Device = &Device{Attributes: map[string]string{"hw_rev": "B2", "channel": "beta"}}
+	js, _ = jsonlite.Marshal(r)
+	for _, want := range []string{`"release":{"id":"poky","image_version":"2.4.1"}`, `"device":{"attributes":{"channel":"beta","hw_rev":"B2"}}`} {
+		if !bytes.Contains(js, []byte(want)) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || back.Release.ImageVersion != "2.4.1" || back.Device.Attributes["hw_rev"] != "B2" {
+		t.Fatalf("%v %+v", err, back)
+	}
+	if err := back.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]string{}
+	for i := 0; i <= MaxAttributes; i++ {
+		big[strings.Repeat("k", i+1)] = "v"
+	}
+	for _, bad := range []*Report{
+		{Device: &Device{Attributes: big}},
+		{Device: &Device{Attributes: map[string]string{"k": strings.Repeat("v", MaxAttributeValue+1)}}},
+		{Device: &Device{Attributes: map[string]string{"": "v"}}},
+		{Release: &Release{BuildID: strings.Repeat("v", MaxReleaseValue+1)}},
+		{Threads: []Thread{{Frames: make([]Frame, MaxFrames+1)}}},
+		{Threads: make([]Thread, MaxThreads+1)},
+	} {
+		b := sample()
+		if bad.Device != nil {
+			b.Device = bad.Device
+		}
+		if bad.Release != nil {
+			b.Release = bad.Release
+		}
+		if bad.Threads != nil {
+			b.Threads = bad.Threads
+		}
+		if err := b.Validate(); err == nil {
+			t.Errorf("accepted %+v %+v threads %d", b.Device, b.Release, len(b.Threads))
+		}
+	}
+}

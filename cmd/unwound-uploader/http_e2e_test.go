@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 )
@@ -171,6 +172,33 @@ func startServe(t *testing.T, dir string, args ...string) *server {
 	return s
 }
 
+// collected checks that the collector in dir holds exactly the reports of
+// want, byte-identical as they were queued.
+func collected(t *testing.T, dir string, want map[string][]byte) {
+	t.Helper()
+	c, err := collector.Open(dir, collector.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	list, err := c.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(want) {
+		t.Fatalf("%s holds %d reports, want %d", dir, len(list), len(want))
+	}
+	for id, b := range want {
+		got, err := c.Raw(id)
+		if err != nil {
+			t.Fatalf("report %s: %v", id, err)
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("report %s differs", id)
+		}
+	}
+}
+
 // httpBoard is a queue and an uploader configuration.
 type httpBoard struct {
 	dir  string // queue
@@ -247,7 +275,7 @@ func TestHTTPServeThousand(t *testing.T) {
 		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
 	}
 	d := time.Since(start)
-	testutil.Received(t, srv.dir, b.want)
+	collected(t, srv.dir, b.want)
 	if left := b.queued(t); left != 0 {
 		t.Fatalf("%d entries left", left)
 	}
@@ -320,7 +348,7 @@ func TestHTTPServeTLS(t *testing.T) {
 		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
 	}
 	d := time.Since(start)
-	testutil.Received(t, rxDir, b.want)
+	collected(t, rxDir, b.want)
 	if left := b.queued(t); left != 0 {
 		t.Fatalf("%d entries left", left)
 	}
@@ -498,7 +526,7 @@ func TestHTTPFaultProxy(t *testing.T) {
 	}
 	rejected := b.want[refused]
 	delete(b.want, refused)
-	testutil.Received(t, rxDir, b.want)
+	collected(t, rxDir, b.want)
 	if left := b.queued(t); left != 0 {
 		t.Fatalf("%d entries left", left)
 	}

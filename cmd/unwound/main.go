@@ -2,10 +2,13 @@
 // boards queue and upload. See README.md.
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
-//	unwound receive --port DEV [--baud N] --out DIR [--follow] [--count N] [--idle D]
-//	unwound serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound receive --port DEV [--baud N] (--out DIR | --dir DIR | --collector URL) [--follow] [--count N] [--idle D]
+//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound crashes list|show|reports|resymbolize (--dir DIR | --url URL) ...
 //	unwound extract [--out DIR] [FILE] < console.log
-//	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
+//	unwound symbols add [--store DIR | --dir DIR] [-v] PATH...
+//	unwound symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
 //	unwound minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
 package main
 
@@ -16,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/unwound-dev/unwound/host/symbolize"
@@ -23,6 +27,15 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )
+
+// fleetCmds are the commands of the fleet collector (serve, crashes,
+// sentry), registered by their files: the release tarball that Yocto and
+// Buildroot build the host tools from leaves those files out, with the
+// collector's pure-Go SQLite (docs/packaging.md, make dist).
+var fleetCmds = map[string]func(args []string) error{}
+
+// fleetOnly names them, for a clear error where they are left out.
+var fleetOnly = map[string]bool{"serve": true, "crashes": true, "sentry": true}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -35,14 +48,12 @@ func main() {
 		err = decodeCmd(os.Args[2:])
 	case "receive":
 		err = receiveCmd(os.Args[2:])
-	case "serve":
-		err = serve(os.Args[2:])
 	case "extract", "undump":
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
-	case "sentry":
-		err = sentryCmd(os.Args[2:])
+	case "symbols":
+		err = symbolsCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
 		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":
@@ -50,9 +61,17 @@ func main() {
 	case "help", "-h", "--help":
 		usage()
 	default:
-		fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		cmd, ok := fleetCmds[os.Args[1]]
+		switch {
+		case ok:
+			err = cmd(os.Args[2:])
+		case fleetOnly[os.Args[1]]:
+			err = fmt.Errorf("%s: this unwound was built without the fleet collector (the release tarball carries the build-host tools only); build it from the git tree", os.Args[1])
+		default:
+			fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
+			usage()
+			os.Exit(2)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "unwound:", err)
@@ -65,16 +84,32 @@ func usage() {
 
 commands:
   decode [--format json|text] FILE...   validate and print reports (.json.zst, .json, - for stdin)
-  receive --port DEV [--baud N] [--flow none|rtscts] --out DIR [--follow] [--count N] [--idle D]
+  receive --port DEV [--baud N] [--flow none|rtscts] [--follow] [--count N] [--idle D]
+          [--out DIR] [--dir DIR | --collector URL [--token T]]
                                         pull reports over a serial line until the board's queue
-                                        is empty (--follow: keep listening); reopens DEV if it goes away
-  serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
-                                        receive reports over HTTP(S); GET /reports lists them
+                                        is empty (--follow: keep listening); reopens DEV if it goes away;
+                                        files in --out, and/or into a collector (its --dir, or its URL)
+  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N] [--rules F]
+                                        the fleet's collector: receive reports over HTTP(S) into
+                                        DIR/unwound.db, symbolized and grouped; GET /reports lists
+                                        them, /api/ serves the groups (docs/collector.md)
+  crashes list [--since T] [--release R] [--program P] [--device D] [--signal S] [--json]
+  crashes show GROUP|REPORT [--json]
+  crashes reports GROUP [--json]
+  crashes resymbolize
+                                        a collector's crashes, grouped, most boards first; every
+                                        subcommand takes --dir DIR or --url URL [--token T]
   extract [--out DIR] [FILE] < LOG      recover 'unwound-uploader dump' reports from a console log;
                                         prints the =UNWOUND-ACK lines the board's dump --remove takes
-  symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
+  symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
                                         print reports with functions, files and lines
                                         (DEBUGINFOD_URLS: also ask these debuginfod servers)
+  symbols add [--store DIR | --dir DIR] [-v] PATH...
+                                        index debug files by build ID into a symbol store: Yocto
+                                        build dirs, Buildroot output/, files, .debug pairs
+  symbols serve [--store DIR | --dir DIR] [--listen ADDR] [--token T]
+                                        serve a symbol store over debuginfod (/buildid/ID/debuginfo)
   minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
                                         add MiniDebugInfo (.gnu_debugdata) to a stripped file: the
                                         symbols .dynsym lacks and the .debug_frame no loaded
@@ -183,6 +218,7 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	fs.Var(&dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug); repeatable; default SYSROOT/usr/lib/debug")
 	sysroot := fs.String("sysroot", "/", "the target's root filesystem `dir`: report paths are looked up under it")
 	format := fs.String("format", "text", "output `format`: text or json")
+	flags := storeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -198,9 +234,27 @@ func symbolizeCmd(args []string, w io.Writer) error {
 			dirs = append(dirs, d)
 		}
 	}
+	if d, collector := flags(); d != "" {
+		// A symbol store is a build-id tree: searched first. A
+		// collector need not have one yet; a --store must exist.
+		check := d
+		if collector != "" {
+			check = collector
+		}
+		if _, err := os.Stat(check); err != nil {
+			return fmt.Errorf("symbolize: %w", err)
+		}
+		dirs = append(multiFlag{d}, dirs...)
+	}
+	if os.Getenv("GOGC") == "" {
+		// A short-lived process whose heap is mostly section bytes:
+		// fewer collections (a tenth of a cold run's CPU), well within
+		// llvm-symbolizer's peak memory (BenchmarkColdProcess).
+		debug.SetGCPercent(400)
+	}
 	// DEBUGINFOD_URLS, as gdb and elfutils read it: servers asked by
 	// build ID when no debug file is found on disk.
-	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv()})
+	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv(), IndexDir: symbolize.DefaultIndexDir()})
 	defer s.Close()
 	failed := 0
 	for i, name := range fs.Args() {

@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/host/sentry"
 	"github.com/unwound-dev/unwound/host/symbolize"
-	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )
+
+func init() { fleetCmds["sentry"] = sentryCmd }
 
 const sentryUsage = `usage: unwound sentry send [--dsn DSN] [--debug-dir DIR]... [--sysroot DIR] [--timeout D] REPORT...
 
@@ -100,12 +100,11 @@ func sendOne(c *sentry.Client, sym *symbolize.Symbolizer, name string, timeout t
 	return nil
 }
 
-// forwardSentry makes serve forward every report it stores to Sentry,
-// spooling in DIR/sentry. It returns what stops the forwarder; with no
-// DSN it does nothing.
-func forwardSentry(dsnText, dir string, st *receive.Store) (stop func(), err error) {
+// newSentryForwarder starts forwarding to the Sentry at dsnText, with its
+// outbox in dir/sentry; nil without a DSN.
+func newSentryForwarder(dsnText, dir string) (*sentry.Forwarder, error) {
 	if dsnText == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	dsn, err := sentry.ParseDSN(dsnText)
 	if err != nil {
@@ -119,6 +118,5 @@ func forwardSentry(dsnText, dir string, st *receive.Store) (stop func(), err err
 		return nil, err
 	}
 	logf("forwarding reports to Sentry at %s", dsn.Redacted())
-	st.OnStored = func(r *report.Report, data []byte) { f.Stored(r.ID, data, r, nil, "") }
-	return func() { f.Close() }, nil
+	return f, nil
 }

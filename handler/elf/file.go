@@ -27,6 +27,10 @@ type FormatError struct {
 
 func (e *FormatError) Error() string { return fmt.Sprintf("elf: offset %#x: %s", e.Off, e.Msg) }
 
+// errAt is called on error paths only, from many places: not inlined, so
+// that each call is a call, not a copy (docs/design.md, "Footprint").
+//
+//go:noinline
 func errAt(off uint64, format string, args ...any) error {
 	return &FormatError{int64(off), fmt.Sprintf(format, args...)}
 }

@@ -52,6 +52,17 @@ func (u *unwinder) callSite(ra uint64, callee state, reach bool) (arch.Call, err
 		}
 		return arch.Call{}, fmt.Errorf("no call instruction before the return address %#x", ra)
 	}
+	if reach && !c.Direct {
+		// An indirect call names no callee; but a call inside the very
+		// function the PC is in, before the PC, left this address by a
+		// call of its own (a stale word in its frame, or LR reused).
+		site := ra - uint64(c.Size)
+		if pc := lookupPC(callee); site < pc && module.Find(u.p.Modules, pc) == mi && m.File != nil {
+			if fs, ok := u.funcStart(m.File, pc-m.Bias()); ok && fs <= site-m.Bias() {
+				return c, fmt.Errorf("the call at %#x lies in the function of the pc, before it", site)
+			}
+		}
+	}
 	if !reach || !c.Direct {
 		return c, nil
 	}
@@ -179,6 +190,16 @@ func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, 
 		}
 	}
 	return nil
+}
+
+// funcStart returns the highest known function start at or below the file
+// address vaddr: symbols, table entries, or direct-call targets.
+func (u *unwinder) funcStart(f *module.File, vaddr uint64) (uint64, bool) {
+	s, ok := f.StartBefore(vaddr)
+	if t, tok := u.targetBefore(f, vaddr); tok && (!ok || t > s) {
+		s, ok = t, true
+	}
+	return s, ok
 }
 
 // Bounds of the sweep for call targets: code segments above maxSweep are

@@ -344,3 +344,29 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 		t.Errorf("detail %q", r.Detail)
 	}
 }
+
+// AArch64, no tables: the function holding the PC made an indirect call
+// earlier (blr), whose return address is left in its frame below the
+// caller's. The call lies in the PC's own function, before the PC: the
+// word is refused, and the scan goes on to the real return address. A
+// direct call elsewhere names the function's start.
+func TestScanRefusesOwnIndirectCall(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	const caller, fn, other = 0x10100, 0x10400, 0x10800
+	f.insn32(caller+0x10, blA64(caller+0x10, fn))
+	f.insn32(other+0x10, blA64(other+0x10, fn)) // fn is called: a start
+	f.insn32(fn+0x20, 0xD63F0060)                // blr x3
+	f.withFile()
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+0x10, fn+0x24)     // stale: fn's own indirect call
+	f.word(sp+0x28, caller+0x14) // fn's return address
+	var rs regs.Set
+	rs.Set(31, sp)
+	r := f.unwind(fn+0x40, rs, Options{})
+	if len(r.Frames) < 2 || r.Frames[1].PC != caller+0x14 {
+		for i, fr := range r.Frames {
+			t.Logf("  #%d %#x %s %s", i, fr.PC, fr.Method, fr.Trust)
+		}
+		t.Errorf("frame 1 is not the caller %#x (stop %s: %s)", uint64(caller+0x14), r.Stop, r.Detail)
+	}
+}

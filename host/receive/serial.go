@@ -36,7 +36,7 @@ type SerialResult struct {
 // survives the adapter going away: it reopens the same path. A pty named
 // as /dev/pts/N is not reopened: when its other end closes, the session
 // is over.
-func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, error) {
+func Serial(ctx context.Context, st Sink, o SerialOptions) (SerialResult, error) {
 	var res SerialResult
 	// Asked before the port can fail: a pty's /dev/pts/N is gone then.
 	pty := isPtySlave(o.Port)
@@ -49,7 +49,7 @@ func Serial(ctx context.Context, st *Store, o SerialOptions) (SerialResult, erro
 	rc := serialproto.NewReceiver(conn, serialStore{st}, serialproto.ReceiverOptions{
 		Count: o.Count, Idle: o.Idle, Follow: o.Follow, Name: host, Log: o.Log,
 	})
-	o.Log("listening on %s at %d baud, storing into %s", o.Port, o.Baud, st.dir)
+	o.Log("listening on %s at %d baud, storing into %s", o.Port, o.Baud, st)
 	for {
 		err = rc.Serve(ctx)
 		n, c := conn.Noise()
@@ -131,7 +131,7 @@ func reopen(ctx context.Context, path string, baud int, flow string, idle time.D
 }
 
 // serialStore adapts Store to serialproto.Store.
-type serialStore struct{ s *Store }
+type serialStore struct{ s Sink }
 
 func (s serialStore) Has(id serialproto.ID) bool { return s.s.Has(id.String()) }
 

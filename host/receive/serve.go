@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,12 +26,51 @@ type ServeOptions struct {
 	// ClientCA, with TLSCert, requires a client certificate signed by a
 	// CA in this PEM bundle (mutual TLS).
 	ClientCA string
+	Limits   Limits // what uploads may cost (LimitUploads)
 	Log      func(format string, args ...any)
+	// Routes are more handlers, by path prefix ("/api/"), behind the
+	// same token and TLS; every other path is Handler's.
+	Routes map[string]http.Handler
+}
+
+// handler is Handler with the Routes beside it.
+func (o ServeOptions) handler(st Sink) http.Handler {
+	h := Handler(st, o.Token, o.Log)
+	if len(o.Routes) == 0 {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	for prefix, r := range o.Routes {
+		mux.Handle(prefix, Guard(o.Token, r))
+	}
+	return mux
+}
+
+// Guard lets through only requests with the bearer token (any, when token
+// is empty).
+func Guard(token string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(r, token) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "bad or missing bearer token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func authorized(r *http.Request, token string) bool {
+	if token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // Serve is an HTTP receiver, what unwound-uploader's HTTP transport posts
 // to, until ctx ends.
-func Serve(ctx context.Context, st *Store, o ServeOptions) error {
+func Serve(ctx context.Context, st Sink, o ServeOptions) error {
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
@@ -44,7 +82,7 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           Handler(st, o.Token, o.Log),
+		Handler:           LimitUploads(o.handler(st), o.Limits, o.Log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 	}
@@ -69,7 +107,7 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 	if o.TLSCert != "" {
 		scheme = "https"
 	}
-	o.Log("listening on %s://%s, storing into %s", scheme, ln.Addr(), st.dir)
+	o.Log("listening on %s://%s, storing into %s", scheme, ln.Addr(), st)
 	if o.TLSCert != "" {
 		err = srv.ServeTLS(ln, o.TLSCert, o.TLSKey)
 	} else {
@@ -84,17 +122,15 @@ func Serve(ctx context.Context, st *Store, o ServeOptions) error {
 // Handler takes POSTed reports (at any path but /reports): 201
 // stored, 200 duplicate (the uploader deletes its entry either way), 400
 // invalid (the uploader quarantines it), 401 bad token, 413 too large, 415
-// unknown encoding. GET /reports lists the stored reports as JSON. The
-// token, when set, guards both.
-func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
+// unknown encoding, 507 disk full and 503 another local error (the
+// uploader keeps the report and retries). GET /reports lists the stored
+// reports as JSON. The token, when set, guards both.
+func Handler(st Sink, token string, logf func(string, ...any)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-				http.Error(w, "bad or missing bearer token", http.StatusUnauthorized)
-				return
-			}
+		if !authorized(r, token) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "bad or missing bearer token", http.StatusUnauthorized)
+			return
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/reports" {
 			list, err := st.List()
@@ -117,13 +153,15 @@ func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
 			http.Error(w, "Content-Encoding "+ce+": want zstd", http.StatusUnsupportedMediaType)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, decode.MaxDecoded))
+		body, err := ReadBody(w, r, decode.MaxDecoded)
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
+				logf("refused a report from %s: body larger than %d bytes", r.RemoteAddr, mbe.Limit)
 				http.Error(w, "report too large", http.StatusRequestEntityTooLarge)
 				return
 			}
+			logf("reading a report from %s: %v", r.RemoteAddr, err)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -134,6 +172,10 @@ func Handler(st *Store, token string, logf func(string, ...any)) http.Handler {
 		}
 		rep, stored, invalid, err := st.Put(body, want)
 		switch {
+		case err != nil && DiskFull(err):
+			logf("storing a report from %s: %v: answered 507, the uploader keeps it", r.RemoteAddr, err)
+			http.Error(w, "collector disk full, retry later", http.StatusInsufficientStorage)
+			return
 		case err != nil:
 			logf("storing: %v", err)
 			http.Error(w, "cannot store the report", http.StatusServiceUnavailable)

@@ -21,6 +21,62 @@ import (
 	"github.com/unwound-dev/unwound/report/zstdenc"
 )
 
+// Sink keeps received reports: a Store (one file per report) or a
+// collector's database (package host/collector). Put returns only once the
+// report is durable: the sender deletes its copy when told it is stored.
+type Sink interface {
+	// Put validates data (zstd or plain JSON) as a report and keeps it.
+	// wantID, when set, must be the report's id. It returns the report,
+	// whether it was new (false: a duplicate), and a validation error
+	// (the sender's fault) or a local one.
+	Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error)
+	// Has reports whether the report id was received.
+	Has(id string) bool
+	// List returns the kept reports, oldest first (GET /reports).
+	List() ([]Stored, error)
+	// String says where reports go, for logs.
+	String() string
+}
+
+// Tee keeps every report in each of its sinks, the first one first: the
+// report is new when it was new to the first.
+type Tee []Sink
+
+// Put puts data into every sink, stopping at the first error.
+func (t Tee) Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
+	for i, s := range t {
+		rr, st, inv, err := s.Put(data, wantID)
+		if inv != nil || err != nil {
+			return rr, false, inv, err
+		}
+		if i == 0 {
+			r, stored = rr, st
+		}
+	}
+	return r, stored, nil, nil
+}
+
+// Has reports whether every sink has the report.
+func (t Tee) Has(id string) bool {
+	for _, s := range t {
+		if !s.Has(id) {
+			return false
+		}
+	}
+	return len(t) > 0
+}
+
+// List is the first sink's list.
+func (t Tee) List() ([]Stored, error) { return t[0].List() }
+
+func (t Tee) String() string {
+	var names []string
+	for _, s := range t {
+		names = append(names, s.String())
+	}
+	return strings.Join(names, " and ")
+}
+
 // Store keeps received reports as DIR/<id>.json.zst, written atomically,
 // one per report id: receivers deduplicate (uploads are at least once).
 type Store struct {
@@ -42,6 +98,8 @@ func NewStore(dir string) (*Store, error) {
 	}
 	return &Store{dir: dir}, nil
 }
+
+func (s *Store) String() string { return s.dir }
 
 // Path is where the report id is kept.
 func (s *Store) Path(id string) string { return filepath.Join(s.dir, id+queue.Suffix) }

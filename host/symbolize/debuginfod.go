@@ -31,6 +31,9 @@ type Debuginfod struct {
 	// server sends no response headers within 90 s (elfutils'
 	// DEBUGINFOD_TIMEOUT default).
 	Client *http.Client
+	// Header is sent with every request (DEBUGINFOD_HEADERS_FILE: an
+	// Authorization: Bearer line for a server behind a token).
+	Header http.Header
 
 	mu   sync.Mutex
 	dead map[string]error // servers that could not be reached: not asked again
@@ -63,7 +66,34 @@ func DebuginfodFromEnv() *Debuginfod {
 		}
 	}
 	d.Client = httpClient(timeout)
+	if f := os.Getenv("DEBUGINFOD_HEADERS_FILE"); f != "" {
+		d.Header = readHeaders(f)
+	}
 	return d
+}
+
+// readHeaders reads a DEBUGINFOD_HEADERS_FILE as elfutils' client does:
+// one "Name: value" a line; other lines are ignored. The file is bounded.
+func readHeaders(path string) http.Header {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil
+	}
+	h := http.Header{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(strings.TrimRight(line, "\r"), ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			continue
+		}
+		h.Add(name, value)
+	}
+	return h
 }
 
 // httpClient gives up on a server that sends no response headers within
@@ -133,7 +163,14 @@ func (d *Debuginfod) fetch(id string) (path, from string, err error) {
 // download stores u's body at path; false without error when the server
 // does not have the file (404). reached says whether the server answered.
 func (d *Debuginfod) download(client *http.Client, u, dir, path string) (got, reached bool, err error) {
-	resp, err := client.Get(u)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return false, false, err
+	}
+	for k, v := range d.Header {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return false, false, err
 	}

@@ -147,3 +147,31 @@ func TestDebuginfodFromEnv(t *testing.T) {
 		t.Error("a build id that is not hex was used in a path")
 	}
 }
+
+// TestDebuginfodHeadersFile sends DEBUGINFOD_HEADERS_FILE's headers (a
+// bearer token) with every request, as elfutils' client does, and skips
+// lines that are not headers.
+func TestDebuginfodHeadersFile(t *testing.T) {
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "headers")
+	os.WriteFile(hf, []byte("Authorization: Bearer sekrit\r\nnot a header\n X-Bad Name: 1\nX-Unwound: yes\n"), 0o600)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer sekrit" || r.Header.Get("X-Unwound") != "yes" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		w.Write([]byte("debug file"))
+	}))
+	defer srv.Close()
+	t.Setenv("DEBUGINFOD_URLS", srv.URL)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(dir, "cache"))
+	t.Setenv("DEBUGINFOD_HEADERS_FILE", hf)
+	d := DebuginfodFromEnv()
+	if len(d.Header) != 2 {
+		t.Errorf("headers %v, want Authorization and X-Unwound", d.Header)
+	}
+	path, from, err := d.fetch("abcd1234")
+	if err != nil || path == "" || from == "" {
+		t.Fatalf("fetch: %q %q %v", path, from, err)
+	}
+}

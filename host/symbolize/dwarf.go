@@ -36,16 +36,55 @@ type nameInfo struct {
 	ref           dwarf.Offset // DW_AT_abstract_origin or DW_AT_specification
 }
 
-// dwarfIndex is the lookup structure for one debug file: all line rows of
-// all units sorted by address (LineReader.SeekPC misses PCs when a unit's
-// sequences are not in address order, as with gcc -O2's .text.startup),
-// and function scopes with their inlined calls.
+// dwarfIndex answers PCs from one debug file, reading only the
+// compilation units that hold them. Opening it reads each unit's first
+// entry (DW_TAG_compile_unit: its DW_AT_ranges or low_pc/high_pc) into an
+// address table; a unit's line program and function tree are read the
+// first time a PC falls in it. Names of abstract origins and
+// specifications, which may be in other units, are read one entry at a
+// time through Reader.Seek.
 type dwarfIndex struct {
-	files  []string
+	d       *dwarf.Data
+	r       *dwarf.Reader // for names: Seek to one entry
+	units   []*unitIndex
+	spans   []unitSpan // sorted by lo
+	maxHi   []uint64   // maxHi[i]: the largest hi of spans[:i+1]
+	loose   []int32    // units with a line program but no address ranges
+	files   []string
+	fileIdx map[string]int32
+	names   map[dwarf.Offset]nameInfo
+	entries int // DIEs read so far, bounded by maxEntries
+
+	// With .debug_aranges (units.go): the sections, the unit headers,
+	// and which units ix.d has; nil once every unit is in ix.d.
+	ds         *dwarfSections
+	hdrs       []unitHeader // walked so far, in order
+	enabled    []bool       // by header
+	byHdr      map[uint64]int32
+	lineEnd    uint64            // .debug_line given to dwarf.New
+	abbrevEnds map[uint64]uint64 // where the tables at these offsets end
+	full       bool              // readAll was tried
+}
+
+// unitSpan is one address range of a unit.
+type unitSpan struct {
+	lo, hi uint64
+	unit   int32
+}
+
+// unitIndex is one unit's lookup structure, filled on first use: its line
+// rows sorted by address (LineReader.SeekPC misses PCs when a unit's
+// sequences are not in address order, as with gcc -O2's .text.startup)
+// and its function scopes with their inlined calls.
+type unitIndex struct {
+	off    dwarf.Offset // of its unit entry
+	hdr    uint64       // aranges index: the header's offset
+	hdrIdx int          // and 1 + its index in dwarfIndex.hdrs, once walked
+	loaded bool
+	err    error
 	rows   []lineRow
 	scopes []scope
 	tops   []topRange // subprogram ranges, sorted by lo
-	names  map[dwarf.Offset]nameInfo
 }
 
 type topRange struct {
@@ -60,91 +99,200 @@ const (
 	attrMIPSLinkageName = dwarf.Attr(0x2007)
 )
 
-// maxEntries bounds how many DIEs one file may make us keep.
-const maxEntries = 50_000_000
+// Bounds on what one file may make us keep.
+const (
+	maxEntries = 50_000_000
+	maxUnits   = 10_000_000
+)
 
-// buildIndex reads every unit's line table and function tree. Malformed
-// parts end the walk with an error; what was read before stays usable.
-func buildIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
-	ix = &dwarfIndex{names: map[dwarf.Offset]nameInfo{}}
+// newIndex reads the unit address table. A malformed unit header ends the
+// walk with an error; the units read before stay usable.
+func newIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
+	ix = &dwarfIndex{d: d, r: d.Reader(), fileIdx: map[string]int32{}, names: map[dwarf.Offset]nameInfo{}}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("malformed DWARF: %v", p)
 		}
-		ix.finish()
+		ix.sortSpans()
 	}()
-	fileIdx := map[string]int32{}
-	intern := func(name string) int32 {
-		if i, ok := fileIdx[name]; ok {
-			return i
-		}
-		i := int32(len(ix.files))
-		ix.files = append(ix.files, name)
-		fileIdx[name] = i
-		return i
-	}
 	r := d.Reader()
-	var cuFiles []int32 // the current unit's file table, interned
-	mangled := false
-	type open struct{ scope int32 }
-	var stack []open
-	n := 0
 	for {
 		e, err := r.Next()
 		if err != nil {
 			return ix, err
 		}
 		if e == nil {
-			break
+			return ix, nil
 		}
-		if n++; n > maxEntries {
-			return ix, errors.New("too many DWARF entries")
+		if len(ix.units) >= maxUnits {
+			return ix, errors.New("too many DWARF units")
 		}
-		if e.Tag == 0 {
-			if len(stack) > 0 {
-				stack = stack[:len(stack)-1]
-			}
+		if e.Tag == dwarf.TagCompileUnit || e.Tag == dwarf.TagPartialUnit {
+			ix.addUnit(e, nil)
+		}
+		// On a unit's entry this moves to the next unit without
+		// reading the children.
+		r.SkipChildren()
+	}
+}
+
+// addUnit records a unit and its ranges (from the unit entry, or given,
+// as read from the on-disk index).
+func (ix *dwarfIndex) addUnit(e *dwarf.Entry, ranges [][2]uint64) {
+	u := int32(len(ix.units))
+	ix.units = append(ix.units, &unitIndex{off: e.Offset})
+	if ranges == nil {
+		ranges, _ = ix.d.Ranges(e)
+	}
+	n := 0
+	for _, rg := range ranges {
+		if rg[1] > rg[0] {
+			ix.spans = append(ix.spans, unitSpan{rg[0], rg[1], u})
+			n++
+		}
+	}
+	if n == 0 && e.Val(dwarf.AttrStmtList) != nil {
+		ix.loose = append(ix.loose, u)
+	}
+}
+
+func (ix *dwarfIndex) sortSpans() {
+	sort.Slice(ix.spans, func(i, j int) bool { return ix.spans[i].lo < ix.spans[j].lo })
+	ix.maxHi = make([]uint64, len(ix.spans))
+	var m uint64
+	for i, s := range ix.spans {
+		if s.hi > m {
+			m = s.hi
+		}
+		ix.maxHi[i] = m
+	}
+}
+
+func (ix *dwarfIndex) intern(name string) int32 {
+	if i, ok := ix.fileIdx[name]; ok {
+		return i
+	}
+	i := int32(len(ix.files))
+	ix.files = append(ix.files, name)
+	ix.fileIdx[name] = i
+	return i
+}
+
+// unitsAt returns the units whose ranges hold addr, in address order.
+func (ix *dwarfIndex) unitsAt(addr uint64) []int32 {
+	var out []int32
+	i := sort.Search(len(ix.spans), func(i int) bool { return ix.spans[i].lo > addr }) - 1
+	for ; i >= 0 && ix.maxHi[i] > addr && len(out) < 64; i-- {
+		if addr < ix.spans[i].hi {
+			out = append(out, ix.spans[i].unit)
+		}
+	}
+	return out
+}
+
+// find returns the line row and the scope chain (innermost first) of
+// addr, and the unit they are in.
+func (ix *dwarfIndex) find(addr uint64) (u *unitIndex, row lineRow, hasLine bool, chain []int32) {
+	try := func(k int32) bool {
+		u = ix.unit(k)
+		row, hasLine = u.line(addr)
+		chain = u.chain(addr)
+		return hasLine || len(chain) > 0
+	}
+	for _, k := range ix.unitsAt(addr) {
+		if ix.byHdr != nil && ix.enableUnit(k) != nil {
 			continue
 		}
-		parent := int32(-1)
-		if len(stack) > 0 {
-			parent = stack[len(stack)-1].scope
+		if try(k) {
+			return
 		}
+	}
+	if ix.byHdr != nil && !ix.full {
+		// Not in .debug_aranges: read every unit's entry, and look again.
+		ix.full = true
+		if ix.readAll() == nil {
+			return ix.find(addr)
+		}
+	}
+	// Units without ranges (rare: some assembler output) are read only
+	// when no unit claims addr.
+	for _, k := range ix.loose {
+		if try(k) {
+			return
+		}
+	}
+	return nil, lineRow{}, false, nil
+}
+
+// unit returns unit k, reading it on first use.
+func (ix *dwarfIndex) unit(k int32) *unitIndex {
+	u := ix.units[k]
+	if !u.loaded {
+		u.loaded = true
+		u.err = ix.load(u)
+		u.finish()
+	}
+	return u
+}
+
+// load reads one unit's line program and function tree. Malformed parts
+// end the walk with an error; what was read before stays usable.
+func (ix *dwarfIndex) load(u *unitIndex) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed DWARF: %v", p)
+		}
+	}()
+	d := ix.d
+	r := d.Reader()
+	r.Seek(u.off)
+	cu, err := r.Next()
+	if err != nil || cu == nil {
+		return err
+	}
+	mangled := false
+	lang, _ := cu.Val(dwarf.AttrLanguage).(int64)
+	switch lang {
+	case 0x04, 0x19, 0x1a, 0x21, 0x1c: // C++, C++03, C++11, C++14, Rust
+		mangled = true
+	}
+	var cuFiles []int32 // the unit's file table, interned
+	if lr, err := d.LineReader(cu); err == nil && lr != nil {
+		u.readLines(lr, ix.intern)
+		for _, f := range lr.Files() {
+			if f == nil {
+				cuFiles = append(cuFiles, -1)
+			} else {
+				cuFiles = append(cuFiles, ix.intern(f.Name))
+			}
+		}
+	}
+	if !cu.Children {
+		return nil
+	}
+	stack := []int32{-1}
+	for len(stack) > 0 {
+		e, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			return nil
+		}
+		if ix.entries++; ix.entries > maxEntries {
+			return errors.New("too many DWARF entries")
+		}
+		if e.Tag == 0 {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		parent := stack[len(stack)-1]
 		cur := parent
 		switch e.Tag {
 		case dwarf.TagCompileUnit, dwarf.TagPartialUnit:
-			stack = stack[:0]
-			parent, cur = -1, -1
-			cuFiles = cuFiles[:0]
-			lang, _ := e.Val(dwarf.AttrLanguage).(int64)
-			switch lang {
-			case 0x04, 0x19, 0x1a, 0x21, 0x1c: // C++, C++03, C++11, C++14, Rust
-				mangled = true
-			default:
-				mangled = false
-			}
-			if lr, err := d.LineReader(e); err == nil && lr != nil {
-				ix.readLines(lr, intern)
-				for _, f := range lr.Files() {
-					if f == nil {
-						cuFiles = append(cuFiles, -1)
-					} else {
-						cuFiles = append(cuFiles, intern(f.Name))
-					}
-				}
-			}
+			return nil // the next unit: this one had no terminator
 		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
-			ni := nameInfo{}
-			ni.name, _ = e.Val(dwarf.AttrName).(string)
-			ni.linkage, _ = e.Val(attrLinkageName).(string)
-			if ni.linkage == "" {
-				ni.linkage, _ = e.Val(attrMIPSLinkageName).(string)
-			}
-			if o, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset); ok {
-				ni.ref = o
-			} else if o, ok := e.Val(dwarf.AttrSpecification).(dwarf.Offset); ok {
-				ni.ref = o
-			}
+			ni := entryName(e)
 			ix.names[e.Offset] = ni
 			ranges, _ := d.Ranges(e)
 			if len(ranges) == 0 || e.Tag == dwarf.TagInlinedSubroutine && parent < 0 {
@@ -163,47 +311,53 @@ func buildIndex(d *dwarf.Data) (ix *dwarfIndex, err error) {
 					s.callCol = int32(cc)
 				}
 			}
-			cur = int32(len(ix.scopes))
-			ix.scopes = append(ix.scopes, s)
+			cur = int32(len(u.scopes))
+			u.scopes = append(u.scopes, s)
 			if s.parent >= 0 {
-				ix.scopes[s.parent].children = append(ix.scopes[s.parent].children, cur)
+				u.scopes[s.parent].children = append(u.scopes[s.parent].children, cur)
 			} else {
 				for _, rg := range ranges {
 					if rg[1] > rg[0] {
-						ix.tops = append(ix.tops, topRange{rg[0], rg[1], cur})
+						u.tops = append(u.tops, topRange{rg[0], rg[1], cur})
 					}
 				}
 			}
-		default:
-			// Declarations referenced by DW_AT_specification carry the
-			// names of C++ methods: keep names of anything named.
-			if nm, ok := e.Val(dwarf.AttrName).(string); ok && e.Tag != dwarf.TagVariable && e.Tag != dwarf.TagFormalParameter && e.Tag != dwarf.TagMember {
-				ni := nameInfo{name: nm}
-				ni.linkage, _ = e.Val(attrLinkageName).(string)
-				ix.names[e.Offset] = ni
-			}
 		}
 		if e.Children {
-			stack = append(stack, open{cur})
+			stack = append(stack, cur)
 		}
 	}
-	return ix, nil
+	return nil
 }
 
-func (ix *dwarfIndex) readLines(lr *dwarf.LineReader, intern func(string) int32) {
+func entryName(e *dwarf.Entry) nameInfo {
+	ni := nameInfo{}
+	ni.name, _ = e.Val(dwarf.AttrName).(string)
+	ni.linkage, _ = e.Val(attrLinkageName).(string)
+	if ni.linkage == "" {
+		ni.linkage, _ = e.Val(attrMIPSLinkageName).(string)
+	}
+	if o, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset); ok {
+		ni.ref = o
+	} else if o, ok := e.Val(dwarf.AttrSpecification).(dwarf.Offset); ok {
+		ni.ref = o
+	}
+	return ni
+}
+
+func (u *unitIndex) readLines(lr *dwarf.LineReader, intern func(string) int32) {
 	var le dwarf.LineEntry
 	prev := -1
-	start := len(ix.rows)
 	for {
 		if err := lr.Next(&le); err != nil {
 			if err != io.EOF {
-				ix.rows = ix.rows[:start] // drop a broken unit's partial rows
+				u.rows = u.rows[:0] // drop a broken unit's partial rows
 			}
 			return
 		}
 		if prev >= 0 {
-			if le.Address >= ix.rows[prev].addr {
-				ix.rows[prev].end = le.Address
+			if le.Address >= u.rows[prev].addr {
+				u.rows[prev].end = le.Address
 			}
 			prev = -1
 		}
@@ -214,31 +368,31 @@ func (ix *dwarfIndex) readLines(lr *dwarf.LineReader, intern func(string) int32)
 		if le.File != nil {
 			f = intern(le.File.Name)
 		}
-		ix.rows = append(ix.rows, lineRow{addr: le.Address, file: f, line: int32(le.Line), col: int32(le.Column)})
-		prev = len(ix.rows) - 1
+		u.rows = append(u.rows, lineRow{addr: le.Address, file: f, line: int32(le.Line), col: int32(le.Column)})
+		prev = len(u.rows) - 1
 	}
 }
 
-func (ix *dwarfIndex) finish() {
+func (u *unitIndex) finish() {
 	// Empty rows (several rows at one address: the last one holds) go.
-	rows := ix.rows[:0]
-	for _, r := range ix.rows {
+	rows := u.rows[:0]
+	for _, r := range u.rows {
 		if r.end > r.addr {
 			rows = append(rows, r)
 		}
 	}
-	ix.rows = rows
-	sort.SliceStable(ix.rows, func(i, j int) bool { return ix.rows[i].addr < ix.rows[j].addr })
-	sort.SliceStable(ix.tops, func(i, j int) bool { return ix.tops[i].lo < ix.tops[j].lo })
+	u.rows = rows
+	sort.SliceStable(u.rows, func(i, j int) bool { return u.rows[i].addr < u.rows[j].addr })
+	sort.SliceStable(u.tops, func(i, j int) bool { return u.tops[i].lo < u.tops[j].lo })
 }
 
 // line returns the row holding addr.
-func (ix *dwarfIndex) line(addr uint64) (lineRow, bool) {
-	i := sort.Search(len(ix.rows), func(i int) bool { return ix.rows[i].addr > addr }) - 1
+func (u *unitIndex) line(addr uint64) (lineRow, bool) {
+	i := sort.Search(len(u.rows), func(i int) bool { return u.rows[i].addr > addr }) - 1
 	// Overlapping sequences (discarded sections relocated to 0) are rare:
 	// look back a little for one that holds addr.
 	for k := 0; i >= 0 && k < 8; i, k = i-1, k+1 {
-		if r := ix.rows[i]; addr < r.end {
+		if r := u.rows[i]; addr < r.end {
 			return r, true
 		}
 	}
@@ -266,11 +420,11 @@ func (s *scope) contains(addr uint64) bool {
 
 // chain returns the scopes holding addr, innermost first; the last one is
 // the subprogram.
-func (ix *dwarfIndex) chain(addr uint64) []int32 {
-	i := sort.Search(len(ix.tops), func(i int) bool { return ix.tops[i].lo > addr }) - 1
+func (u *unitIndex) chain(addr uint64) []int32 {
+	i := sort.Search(len(u.tops), func(i int) bool { return u.tops[i].lo > addr }) - 1
 	top := int32(-1)
 	for k := 0; i >= 0 && k < 64; i, k = i-1, k+1 {
-		if t := ix.tops[i]; addr < t.hi {
+		if t := u.tops[i]; addr < t.hi {
 			top = t.scope
 			break
 		}
@@ -281,8 +435,8 @@ func (ix *dwarfIndex) chain(addr uint64) []int32 {
 	out := []int32{top}
 	for cur := top; ; {
 		next := int32(-1)
-		for _, c := range ix.scopes[cur].children {
-			if ix.scopes[c].contains(addr) {
+		for _, c := range u.scopes[cur].children {
+			if u.scopes[c].contains(addr) {
 				next = c
 				break
 			}
@@ -299,11 +453,35 @@ func (ix *dwarfIndex) chain(addr uint64) []int32 {
 	return out
 }
 
+// entry returns the names of the entry at off, reading it when no loaded
+// unit had it.
+func (ix *dwarfIndex) entry(off dwarf.Offset) (ni nameInfo, ok bool) {
+	if ni, ok := ix.names[off]; ok {
+		return ni, true
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+		}
+	}()
+	if ix.byHdr != nil && ix.enableAt(uint64(off)) != nil {
+		return nameInfo{}, false
+	}
+	ix.r.Seek(off)
+	e, err := ix.r.Next()
+	if err != nil || e == nil || e.Offset != off {
+		return nameInfo{}, false
+	}
+	ni = entryName(e)
+	ix.names[off] = ni
+	return ni, true
+}
+
 // name resolves a scope's name through abstract origins and
 // specifications; the linkage name (to demangle) wins over the plain name.
 func (ix *dwarfIndex) name(off dwarf.Offset) (name, linkage string) {
 	for depth := 0; depth < 16; depth++ {
-		ni, ok := ix.names[off]
+		ni, ok := ix.entry(off)
 		if !ok {
 			break
 		}

@@ -29,6 +29,7 @@ type elfFile struct {
 	path string
 	f    *os.File // nil for in-memory files
 	ef   *elf.File
+	ra   io.ReaderAt // the file's bytes
 
 	buildID   []byte // NT_GNU_BUILD_ID
 	codeID    string // see codeID
@@ -74,7 +75,7 @@ func parseELF(r io.ReaderAt) (e *elfFile, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e = &elfFile{ef: ef}
+	e = &elfFile{ef: ef, ra: r}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_NOTE && e.buildID == nil && p.Filesz <= maxSection {
 			e.buildID = noteBuildID(p.Open(), p.Filesz, ef.ByteOrder)
@@ -325,3 +326,47 @@ func dwarfData(ef *elf.File) (d *dwarf.Data, err error) {
 
 // STT_GNU_IFUNC (elf.STT_GNU_IFUNC is Go 1.23+).
 const sttGNUIFunc = elf.SymType(10)
+
+// FileInfo is what a symbol store needs to know of an ELF file.
+type FileInfo struct {
+	BuildID   string // GNU build ID, lower-case hex; "" when none
+	HasDWARF  bool   // .debug_info with contents
+	HasCode   bool   // an executable segment with file bytes (not a .debug file)
+	Debuglink string // .gnu_debuglink file name, "" when none
+	LinkCRC   uint32 // and the CRC32 it wants
+	// Relocatable: an object file (ET_REL: a .o, a kernel module).
+	Relocatable bool
+}
+
+// Inspect reads an ELF file's identity with the symbolizer's own bounded
+// parser.
+func Inspect(path string) (FileInfo, error) {
+	e, err := openELF(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer e.Close()
+	fi := FileInfo{HasDWARF: e.hasDWARF, Relocatable: e.ef.Type == elf.ET_REL}
+	if e.buildID != nil {
+		fi.BuildID = hex.EncodeToString(e.buildID)
+	}
+	if e.hasLink {
+		fi.Debuglink, fi.LinkCRC = e.link, e.linkCRC
+	}
+	for _, s := range e.ef.Sections {
+		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Type == elf.SHT_PROGBITS && s.Size > 0 {
+			fi.HasCode = true
+		}
+	}
+	if len(e.ef.Sections) == 0 {
+		for _, p := range e.ef.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Filesz > 0 {
+				fi.HasCode = true
+			}
+		}
+	}
+	return fi, nil
+}
+
+// FileCRC is the .gnu_debuglink CRC32 of a file.
+func FileCRC(path string) (uint32, error) { return fileCRC(path) }

@@ -44,6 +44,12 @@ func (s *Symbolizer) buildIDCandidates(m report.Module) []candidate {
 			for _, d := range s.opts.DebugDirs {
 				out = append(out, candidate{filepath.Join(d, ".build-id", id[:2], id[2:]+".debug"), "build-id"})
 			}
+			// The same tree's unstripped binaries, without the suffix
+			// (gdb reads .build-id/xx/rest for the executable; a
+			// symbol store keeps whichever file it was given).
+			for _, d := range s.opts.DebugDirs {
+				out = append(out, candidate{filepath.Join(d, ".build-id", id[:2], id[2:]), "build-id"})
+			}
 		}
 	}
 	if !strings.HasPrefix(p, "/") {
@@ -111,10 +117,13 @@ func verify(m report.Module, e *elfFile) error {
 func (s *Symbolizer) load(m report.Module) *module {
 	mod := &module{}
 	p := modulePath(m)
-	if p == "" || strings.HasPrefix(p, "[") {
+	vdso := p == "[vdso]" && m.BuildIDKind != "code" && m.BuildID != ""
+	if (p == "" || strings.HasPrefix(p, "[")) && !vdso {
 		mod.status = fmt.Sprintf("no file for %s", m.Path)
 		return mod
 	}
+	// The vDSO has no file, but its build ID finds the kernel build's
+	// vdso.so.dbg in a build-id tree (a symbol store) or on debuginfod.
 	var mismatches []string
 	try := func(c candidate) *elfFile {
 		if _, err := os.Stat(c.path); err != nil {
@@ -149,7 +158,10 @@ func (s *Symbolizer) load(m report.Module) *module {
 			}
 		}
 	}
-	bin := try(candidate{under(s.sysroot(), p), "binary"})
+	var bin *elfFile
+	if !vdso {
+		bin = try(candidate{under(s.sysroot(), p), "binary"})
+	}
 	if bin != nil && mod.debug == nil && bin.hasLink {
 		for _, c := range s.linkCandidates(m, bin.link) {
 			if _, err := os.Stat(c.path); err != nil || c.path == bin.path {
@@ -211,19 +223,13 @@ func (s *Symbolizer) load(m report.Module) *module {
 		mod.notes = append(mod.notes, "unverified: the report has no build id")
 	}
 	if mod.debug != nil {
-		d, err := dwarfData(mod.debug.ef)
+		ix, err := openIndex(mod.debug, s.opts.IndexDir)
 		if err != nil {
 			mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
-		} else {
-			ix, err := buildIndex(d)
-			if err != nil {
-				mod.notes = append(mod.notes, fmt.Sprintf("%s: %v", mod.debug.path, err))
-			}
-			mod.dwarf = ix
 		}
+		mod.dwarf = ix
 	}
-	mod.syms = collectSymbols(mod.files...)
-	if mod.dwarf == nil && len(mod.syms.syms) == 0 {
+	if mod.dwarf == nil && len(mod.symbols().syms) == 0 {
 		mod.status = s.noInfo(m, mismatches)
 		if bin != nil {
 			mod.status = fmt.Sprintf("no debug info for %s build-id %s, stripped", m.Path, short(m.BuildID))

@@ -12,7 +12,10 @@ package symbolize
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/ianlancetaylor/demangle"
 	"github.com/unwound-dev/unwound/report"
@@ -31,11 +34,29 @@ type Options struct {
 	// Debuginfod, when set, is asked for debug files by GNU build ID when
 	// none is found on disk (DebuginfodFromEnv: DEBUGINFOD_URLS).
 	Debuginfod *Debuginfod
+	// IndexDir, when set, keeps the inflated DWARF sections of
+	// compressed debug files by build ID, so that the next process skips
+	// inflating them (DefaultIndexDir: UNWOUND_CACHE/symindex).
+	IndexDir string
+}
+
+// DefaultIndexDir is where the unwound command keeps its on-disk index:
+// $UNWOUND_CACHE/symindex, else the user cache directory's
+// unwound/symindex; "" when there is none.
+func DefaultIndexDir() string {
+	if d := os.Getenv("UNWOUND_CACHE"); d != "" {
+		return filepath.Join(d, "symindex")
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "unwound", "symindex")
+	}
+	return ""
 }
 
 // Symbolizer symbolizes reports, keeping opened files per build ID.
 type Symbolizer struct {
 	opts  Options
+	mu    sync.Mutex // one Symbolize at a time: units are read as PCs need them
 	cache map[string]*module
 }
 
@@ -46,8 +67,8 @@ type module struct {
 	how        string     // how debug was found
 	files      []*elfFile // every verified file, debug file first
 	dwarf      *dwarfIndex
-	syms       *symtab
-	status     string // non-empty: nothing usable, and why
+	syms       *symtab // nil until symbols() reads them
+	status     string  // non-empty: nothing usable, and why
 	notes      []string
 	mismatches []string
 }
@@ -58,7 +79,13 @@ func New(opts Options) *Symbolizer {
 }
 
 // Close closes every opened file.
+//
+// A Symbolizer stays usable after Close, with nothing cached: a
+// collector whose symbol store changed (its generation file) closes it
+// so that modules without debug files are looked up again.
 func (s *Symbolizer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, m := range s.cache {
 		for _, f := range m.files {
 			f.Close()
@@ -140,7 +167,10 @@ type Location struct {
 
 // Symbolize symbolizes every frame of r. It never fails as a whole: a
 // frame that cannot be symbolized says why.
+// It is safe to call from several goroutines; calls run one at a time.
 func (s *Symbolizer) Symbolize(r *report.Report) *Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	res := &Result{Report: r}
 	mods := make([]*module, len(r.Modules))
 	for i, m := range r.Modules {
@@ -150,10 +180,21 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 		if mod.debug != nil {
 			out.DebugFile, out.DebugHow = mod.debug.path, mod.how
 		}
-		if mod.syms != nil {
-			out.Symbols = mod.syms.source
-		}
 		res.Modules = append(res.Modules, out)
+	}
+	// The units the report's PCs are in, read at once.
+	addrs := make([][]uint64, len(mods))
+	for _, t := range r.Threads {
+		for _, f := range t.Frames {
+			if f.Module >= 0 && f.Module < len(mods) && !f.Withheld && mods[f.Module].dwarf != nil {
+				addrs[f.Module] = append(addrs[f.Module], FileAddr(r.Arch, r.Modules[f.Module], f))
+			}
+		}
+	}
+	for i, mod := range mods {
+		if len(addrs[i]) > 0 {
+			mod.dwarf.prepare(addrs[i])
+		}
 	}
 	for _, t := range r.Threads {
 		th := Thread{Thread: t, Frames: make([]Frame, 0, len(t.Frames))}
@@ -169,7 +210,22 @@ func (s *Symbolizer) Symbolize(r *report.Report) *Result {
 		}
 		res.Threads = append(res.Threads, th)
 	}
+	// Symbol tables are read when a frame needs them: say which were.
+	for i, mod := range mods {
+		if mod.syms != nil {
+			res.Modules[i].Symbols = mod.syms.source
+		}
+	}
 	return res
+}
+
+// symbols returns the module's symbol tables, reading them on first use:
+// with DWARF, most reports never need them.
+func (mod *module) symbols() *symtab {
+	if mod.syms == nil {
+		mod.syms = collectSymbols(mod.files...)
+	}
+	return mod.syms
 }
 
 // FileAddr is the address to look up for a frame of a report of arch: the
@@ -233,22 +289,21 @@ func (mod *module) lookup(addr uint64) (locs []Location) {
 		}
 	}()
 	if ix := mod.dwarf; ix != nil {
-		row, hasLine := ix.line(addr)
-		chain := ix.chain(addr)
+		u, row, hasLine, chain := ix.find(addr)
 		if len(chain) > 0 {
 			file, line, col := "", 0, 0
 			if hasLine {
 				file, line, col = ix.file(row.file), int(row.line), int(row.col)
 			}
 			for _, si := range chain {
-				sc := &ix.scopes[si]
+				sc := &u.scopes[si]
 				name, linkage := ix.name(sc.origin)
 				l := Location{File: file, Line: line, Column: col, Inlined: sc.parent >= 0, Source: "dwarf"}
 				if linkage == "" && sc.parent < 0 && sc.mangled {
 					// Like addr2line: a C++ or Rust function without a
 					// linkage name in DWARF (static functions) takes the
 					// name of the symbol at its entry: thrower(int).
-					if sym, ok := mod.syms.lookup(addr); ok && sym.addr == sc.low() {
+					if sym, ok := mod.symbols().lookup(addr); ok && sym.addr == sc.low() {
 						linkage = sym.name
 					}
 				}
@@ -257,7 +312,7 @@ func (mod *module) lookup(addr uint64) (locs []Location) {
 				file, line, col = ix.file(sc.callFile), int(sc.callLine), int(sc.callCol)
 			}
 			if locs[len(locs)-1].Function == "" {
-				if sym, ok := mod.syms.lookup(addr); ok {
+				if sym, ok := mod.symbols().lookup(addr); ok {
 					locs[len(locs)-1].Function, locs[len(locs)-1].Mangled = demangled("", sym.name)
 				}
 			}
@@ -267,13 +322,13 @@ func (mod *module) lookup(addr uint64) (locs []Location) {
 			// Code with lines but no function DIE (assembly): name it
 			// from the symbol table.
 			l := Location{File: ix.file(row.file), Line: int(row.line), Column: int(row.col), Source: "dwarf"}
-			if sym, ok := mod.syms.lookup(addr); ok {
+			if sym, ok := mod.symbols().lookup(addr); ok {
 				l.Function, l.Mangled = demangled("", sym.name)
 			}
 			return []Location{l}
 		}
 	}
-	if sym, ok := mod.syms.lookup(addr); ok {
+	if sym, ok := mod.symbols().lookup(addr); ok {
 		off := report.Hex(addr - sym.addr)
 		l := Location{Offset: &off, Source: mod.syms.source}
 		l.Function, l.Mangled = demangled("", sym.name)

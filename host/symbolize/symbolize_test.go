@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/internal/labcore"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -60,7 +62,7 @@ type fixtureCrash struct {
 // crashed thread's function names with gdb's frames on the same core.
 // Cores: the host kernel's (native), qemu-user's (aarch64, 32-bit ARM in
 // Thumb and ARM state), and for riscv64, whose qemu-user writes none, a
-// real kernel's under QEMU (labCores).
+// real kernel's under QEMU (labcore.Cores).
 func TestMatchesAddr2lineAndGDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixture comparisons: not in -short")
@@ -113,12 +115,12 @@ func hostFixtureCrash(t *testing.T, b fixture.Binary, scenario string) fixtureCr
 }
 
 func labCoresFor(t *testing.T, arch, dir string) (map[string]string, string) {
-	return labCores(t, arch, dir, labCrashes())
+	return labcore.Cores(t, arch, dir, labCrashes())
 }
 
 // labFixtureCrash is a crash whose core a real kernel made under QEMU.
 func labFixtureCrash(t *testing.T, b fixture.Binary, scenario string, cores map[string]string, root string) fixtureCrash {
-	core := cores[labCrash{b.Variant, b.Prog, scenario}.name()]
+	core := cores[labcore.Crash{Variant: b.Variant, Prog: b.Prog, Scenario: scenario}.Name()]
 	r, err := handler.Offline(handler.OfflineOptions{CoreFile: core, Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
 	if err != nil {
 		t.Fatal(err)
@@ -308,10 +310,50 @@ func TestInlinedO2(t *testing.T) {
 	t.Logf("%d addresses equal addr2line", n)
 }
 
+// TestWithoutArangesAndIndex compares with addr2line files without
+// .debug_aranges (clang's default), where the index reads every unit's
+// entry, compressed or not; the compressed one twice with an on-disk
+// index: the first run writes it, the second reads it.
+func TestWithoutArangesAndIndex(t *testing.T) {
+	need(t, "gcc", "objcopy", "addr2line")
+	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+	for _, z := range []string{"-gz=none", "-gz"} {
+		exe := filepath.Join(t.TempDir(), "inline")
+		run(t, "gcc", "-O2", "-g", z, "-o", exe, src)
+		run(t, "objcopy", "--remove-section=.debug_aranges", exe)
+		if z == "-gz=none" {
+			compareText(t, exe)
+			continue
+		}
+		idx := t.TempDir()
+		n := compareTextWith(t, exe, Options{Sysroot: "/", IndexDir: idx})
+		ents, _ := os.ReadDir(idx)
+		if len(ents) != 1 {
+			t.Fatalf("index %v, want one entry", ents)
+		}
+		info := filepath.Join(idx, ents[0].Name(), "info")
+		st, err := os.Stat(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := compareTextWith(t, exe, Options{Sysroot: "/", IndexDir: idx}); m != n {
+			t.Errorf("with the index: %d addresses equal addr2line, %d without", m, n)
+		}
+		if st2, _ := os.Stat(info); !st2.ModTime().Equal(st.ModTime()) {
+			t.Error("the second run wrote the index again")
+		}
+		t.Logf("%d addresses equal addr2line, with and without the on-disk index", n)
+	}
+}
+
 // compareText symbolizes every other byte (every byte on 32-bit ARM) of an
 // executable's own code (main, work: the functions with inlined calls)
 // against addr2line.
 func compareText(t *testing.T, exe string) int {
+	return compareTextWith(t, exe, Options{Sysroot: "/"})
+}
+
+func compareTextWith(t *testing.T, exe string, opts Options) int {
 	ef, err := elf.Open(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +383,7 @@ func compareText(t *testing.T, exe string) int {
 	if len(addrs) == 0 {
 		t.Fatal("no main/work symbols")
 	}
-	s := New(Options{Sysroot: "/"})
+	s := New(opts)
 	defer s.Close()
 	m := report.Module{Path: exe}
 	mod := s.module(m)
@@ -684,4 +726,96 @@ func aliases(t *testing.T, b fixture.Binary, f Frame, a, c string) bool {
 	va, oka := at[a]
 	vc, okc := at[c]
 	return oka && okc && va == vc
+}
+
+// vdsoReport is a report whose only frame is in a [vdso] module with the
+// build ID of a program built from testdata/inline.c, at its main.
+func vdsoReport(t *testing.T) (*report.Report, string) {
+	t.Helper()
+	need(t, "gcc", "objcopy")
+	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
+	so := filepath.Join(t.TempDir(), "vdso.so.dbg")
+	run(t, "gcc", "-O2", "-g", "-Wl,--build-id", "-o", so, src)
+	e, err := openELF(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%x", e.buildID)
+	var mainAddr uint64
+	syms, _ := e.ef.Symbols()
+	for _, s := range syms {
+		if s.Name == "main" {
+			mainAddr = s.Value
+		}
+	}
+	e.Close()
+	const base = 0x7fff0000
+	r := &report.Report{Arch: hostArch(),
+		Modules: []report.Module{{Path: "[vdso]", BuildID: id, BuildIDKind: "gnu", Start: base, End: base + 0x100000, RuntimeOffset: base}},
+		Threads: []report.Thread{{TID: 1, Crashed: true, Frames: []report.Frame{{PC: report.Hex(base + mainAddr), Method: "context", Exact: true}}}},
+	}
+	return r, so
+}
+
+func frameFunction(res *Result) string {
+	f := res.Threads[0].Frames[0]
+	if len(f.Locations) == 0 {
+		return ""
+	}
+	return f.Locations[len(f.Locations)-1].Function
+}
+
+// TestVDSOByBuildID finds the vDSO's debug file (the kernel build's
+// vdso.so.dbg; here a stand-in with a build ID) in a build-id tree by the
+// build ID the report gives the [vdso] module, which has no file.
+func TestVDSOByBuildID(t *testing.T) {
+	r, so := vdsoReport(t)
+	tree := t.TempDir()
+	buildIDTree(t, tree, so)
+	s := New(Options{DebugDirs: []string{tree}})
+	res := s.Symbolize(r)
+	s.Close()
+	if fn := frameFunction(res); fn != "main" {
+		t.Errorf("vDSO frame: %+v, want main", res.Threads[0].Frames[0])
+	}
+	s = New(Options{DebugDirs: []string{t.TempDir()}})
+	res = s.Symbolize(r)
+	s.Close()
+	if st := res.Modules[0].Status; !strings.Contains(st, "no debug info for [vdso] build-id") {
+		t.Errorf("without its debug file: %q", st)
+	}
+}
+
+// TestCloseForgets is what a collector does when its symbol store
+// changes: a module found without debug files stays so while cached, and
+// is looked up again after Close. Symbolize runs from several goroutines
+// (go test -race checks them).
+func TestCloseForgets(t *testing.T) {
+	r, so := vdsoReport(t)
+	tree := t.TempDir()
+	s := New(Options{DebugDirs: []string{tree}})
+	defer s.Close()
+	if fn := frameFunction(s.Symbolize(r)); fn != "" {
+		t.Fatalf("named %q with an empty tree", fn)
+	}
+	buildIDTree(t, tree, so)
+	if fn := frameFunction(s.Symbolize(r)); fn != "" {
+		t.Errorf("named %q from the cache's negative answer: want it kept until Close", fn)
+	}
+	s.Close()
+	var wg sync.WaitGroup
+	names := make([]string, 8)
+	for i := range names {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			names[i] = frameFunction(s.Symbolize(r))
+		}(i)
+	}
+	wg.Wait()
+	for i, fn := range names {
+		if fn != "main" {
+			t.Errorf("goroutine %d: %q after Close, want main", i, fn)
+		}
+	}
 }

@@ -10,8 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/report"
@@ -23,27 +24,89 @@ import (
 // bombs.
 const MaxDecoded = 16 << 20
 
+// SmallDecoded is what a report decodes to at most on the fast path:
+// a real one is a few KiB. Frames that declare more, or declare nothing,
+// take one of BigDecodes slots: a process (a collector taking uploads
+// from a fleet) never holds more than BigDecodes outputs of up to
+// MaxDecoded at once, however many requests decode in parallel.
+const (
+	SmallDecoded = 1 << 20
+	BigDecodes   = 2
+	maxWindow    = 8 << 20
+)
+
+var (
+	bigSlots = make(chan struct{}, BigDecodes)
+	bigCount atomic.Int64
+
+	smallOnce, bigOnce sync.Once
+	smallDec, bigDec   *zstd.Decoder
+	smallErr, bigErr   error
+)
+
+// BigDecoded counts the decodes that took a big slot: a server that sees
+// it move knows a large allocation has come and gone, and may give the
+// memory back to the system.
+func BigDecoded() int64 { return bigCount.Load() }
+
+func newDecoder(max uint64) (*zstd.Decoder, error) {
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(0), // GOMAXPROCS decodes at once; DecodeAll waits for one
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxMemory(max),
+		zstd.WithDecoderMaxWindow(maxWindow),
+	)
+}
+
 // JSON returns the JSON held in p: p may be a zstd frame or plain JSON.
-// Output beyond MaxDecoded is an error, not an allocation.
+// A frame that declares more than MaxDecoded is refused from its header,
+// without decoding; one that decodes to more stops being decoded there.
 func JSON(p []byte) ([]byte, error) {
 	if !bytes.HasPrefix(p, []byte(zstdenc.Magic)) {
 		return p, nil
 	}
-	dec, err := zstd.NewReader(bytes.NewReader(p),
-		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderMaxMemory(MaxDecoded),
-		zstd.WithDecoderMaxWindow(8<<20),
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer dec.Close()
-	out, err := io.ReadAll(io.LimitReader(dec, MaxDecoded+1))
-	if err != nil {
+	var h zstd.Header
+	if err := h.Decode(p); err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	if len(out) > MaxDecoded {
+	if h.HasFCS && h.FrameContentSize > MaxDecoded {
+		return nil, fmt.Errorf("zstd frame declares %d bytes, more than the %d a report may have", h.FrameContentSize, MaxDecoded)
+	}
+	if h.WindowSize > maxWindow {
+		return nil, fmt.Errorf("zstd frame window of %d bytes, more than %d", h.WindowSize, maxWindow)
+	}
+	if h.HasFCS && h.FrameContentSize <= SmallDecoded {
+		smallOnce.Do(func() { smallDec, smallErr = newDecoder(SmallDecoded) })
+		if smallErr != nil {
+			return nil, smallErr
+		}
+		out, err := smallDec.DecodeAll(p, nil)
+		if !errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+			if err != nil {
+				return nil, fmt.Errorf("zstd: %w", err)
+			}
+			return out, nil
+		}
+		// More frames, or one that lied about its size: the slow path.
+	}
+	bigSlots <- struct{}{}
+	defer func() { <-bigSlots }()
+	bigCount.Add(1)
+	bigOnce.Do(func() { bigDec, bigErr = newDecoder(MaxDecoded) })
+	if bigErr != nil {
+		return nil, bigErr
+	}
+	// One buffer of the largest size, not a buffer doubled up to it (the
+	// doubling's garbage outweighed what it held), with room for the
+	// block that crosses the limit: the decoder checks after each block
+	// (RFC 8878 §3.1.1.2.4: at most 128 KiB), and a block that did not
+	// fit would copy the whole buffer into a larger one first.
+	out, err := bigDec.DecodeAll(p, make([]byte, 0, MaxDecoded+256<<10))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 		return nil, fmt.Errorf("decoded report larger than %d bytes", MaxDecoded)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
 	}
 	return out, nil
 }
@@ -59,6 +122,11 @@ func Report(p []byte) (*report.Report, error) {
 	js = bytes.TrimSpace(js)
 	if len(js) == 0 {
 		return nil, errors.New("empty report")
+	}
+	if !utf8.Valid(js) {
+		// The handler writes invalid UTF-8 as U+FFFD: this did not come
+		// from one, and encoding/json would quietly replace it.
+		return nil, errors.New("report JSON: not UTF-8")
 	}
 	var r report.Report
 	if err := json.Unmarshal(js, &r); err != nil {

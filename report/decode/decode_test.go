@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )
@@ -88,9 +89,48 @@ func TestDecodeRefusesBadReports(t *testing.T) {
 		t.Error("future version accepted")
 	}
 	bomb := report.Compress(make([]byte, decode.MaxDecoded+100))
-	if _, err := decode.Report(bomb); err == nil || !strings.Contains(err.Error(), "larger") {
+	if _, err := decode.Report(bomb); err == nil || !strings.Contains(err.Error(), "declares 16777316 bytes") {
+		t.Errorf("bomb that declares its size: %v", err)
+	}
+	for name, b := range map[string][]byte{
+		"bomb that declares no size": Bomb(t, decode.MaxDecoded+100),
+		"small frame, then a bomb":   append(report.Compress([]byte("{}")), Bomb(t, 2*decode.SmallDecoded)...),
+	} {
+		before := decode.BigDecoded()
+		if _, err := decode.Report(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+		if decode.BigDecoded() != before+1 {
+			t.Errorf("%s: decoded without a big slot", name)
+		}
+	}
+	if _, err := decode.Report(Bomb(t, decode.MaxDecoded+100)); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("bomb: %v", err)
 	}
+	js, _ = json.Marshal(sample())
+	js = bytes.Replace(js, []byte(`"crash"`), []byte("\"cr\xffash\""), 1)
+	if _, err := decode.Report(js); err == nil || !strings.Contains(err.Error(), "not UTF-8") {
+		t.Errorf("invalid UTF-8: %v", err)
+	}
+	deep := []byte(`{"version":1,"x":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + "}")
+	if _, err := decode.Report(report.Compress(deep)); err == nil || !strings.Contains(err.Error(), "depth") {
+		t.Errorf("deep nesting: %v", err)
+	}
+}
+
+// Bomb is a zstd frame of n zero bytes that does not declare its size
+// (a streaming encoder's frame): only decoding tells how large it is.
+func Bomb(t testing.TB, n int) []byte {
+	var buf bytes.Buffer
+	w, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithWindowSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(make([]byte, n))
+	w.Close()
+	return buf.Bytes()
 }
 
 func FuzzDecode(f *testing.F) {

@@ -6,7 +6,8 @@
 //
 // Responses: 2xx and 409 (already have it) delete the entry; 400, 413, 415
 // and 422 quarantine it (the report itself is unacceptable); 408, 429 and
-// 5xx are temporary (Retry-After honoured); other codes (401, 403, 404:
+// 5xx are temporary (Retry-After honoured; 503: the collector is busy,
+// 507: its disk is full, and the report waits in the queue); other codes (401, 403, 404:
 // the board's configuration is wrong, not the report) are temporary too,
 // so a bad token never quarantines the whole queue.
 package httpup

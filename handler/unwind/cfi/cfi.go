@@ -121,6 +121,10 @@ func NewDebugFrame(data []byte, a Arch) (*Table, error) {
 	return &Table{name: ".debug_frame", data: data, arch: a, debug: true, cies: map[uint64]*CIE{}}, nil
 }
 
+// errf is called on error paths only, from many places: not inlined, so
+// that each call is a call, not a copy (docs/design.md, "Footprint").
+//
+//go:noinline
 func (t *Table) errf(off uint64, format string, args ...any) error {
 	return &FormatError{t.name, off, fmt.Sprintf(format, args...)}
 }
