@@ -338,7 +338,7 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				if next, ok, _ := u.confirm(c, cur, slot); ok {
 					return next, nil
 				}
-				if u.selfCall(c, cur) {
+				if u.selfCall(c, cur, w) {
 					// Where calls push the return address and no prologue
 					// is decoded (x86), a call to the very function the PC
 					// is in, from inside it: words above SP are the
@@ -413,11 +413,11 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 	return state{}, fmt.Errorf("no return address in %d bytes above SP (%d code addresses failed call-site validation)", maxScan, rejected)
 }
 
-// selfCall reports whether c, a direct call found by the scan, calls the
+// selfCall reports whether c, a direct call before the scanned word w, calls the
 // function the frame's PC is in from inside it (a recursion), on an
 // architecture whose calls push the return address and which has no
 // prologue analyzer to confirm the slot.
-func (u *unwinder) selfCall(c arch.Call, cur state) bool {
+func (u *unwinder) selfCall(c arch.Call, cur state, w uint64) bool {
 	a := u.p.Arch
 	if a.LR >= 0 || a.Prologue != nil || !c.Direct || cur.spApprox {
 		return false
@@ -427,7 +427,15 @@ func (u *unwinder) selfCall(c arch.Call, cur state) bool {
 		return false
 	}
 	fs, ok := u.funcStart(m.File, lookupPC(cur)-m.Bias())
-	return ok && fs == c.Target-m.Bias()
+	if !ok || fs != c.Target-m.Bias() {
+		return false
+	}
+	// The word must be a return address into the function, not the start
+	// of the next one after a call that does not return (main after
+	// main.cold's call to abort's caller), nor a pointer to it: with the
+	// PC's own start unknown, the call's target would pass for it.
+	code := make([]byte, 4)
+	return a.Entry == nil || u.readCode(m, w, code) != nil || !a.Entry(code)
 }
 
 // confirm checks a return address found at slot against the prologue of
