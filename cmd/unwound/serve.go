@@ -14,6 +14,7 @@ import (
 	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/host/symbolize"
+	"github.com/unwound-dev/unwound/host/web"
 )
 
 // collectorFlags are the flags of commands that open a collector
@@ -60,7 +61,7 @@ func (cf *collectorFlags) open(dir string, logf func(string, ...any)) (*collecto
 // serve is an HTTP receiver: what unwound-uploader's HTTP transport posts
 // to. With --dir it is the fleet's collector: every report goes into the
 // database DIR/unwound.db, symbolized and grouped, and /api/ serves the
-// groups (unwound crashes --url).
+// groups (unwound crashes --url) and / the page (host/web).
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var o receive.ServeOptions
@@ -69,6 +70,7 @@ func serve(args []string) error {
 	dir := fs.String("dir", "", "collector `directory`: the database DIR/unwound.db, symbols in DIR/symbols")
 	out := fs.String("out", "", "also keep each report as a file in this `directory` (DIR/<id>.json.zst)")
 	fs.StringVar(&o.Token, "token", "", "require this bearer `token`")
+	fs.StringVar(&o.ReadToken, "read-token", "", "a second `token` that reads (the page, GET /api/) but posts no report")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "and this key (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "with --tls-cert: require a client certificate signed by a CA in this PEM `bundle` (mutual TLS)")
@@ -92,6 +94,11 @@ func serve(args []string) error {
 		c.Start()
 		sinks = append(sinks, c)
 		o.Routes = map[string]http.Handler{"/api/": collector.API(c)}
+		page, err := web.New(c, web.Options{Tokens: []string{o.Token, o.ReadToken}, Log: o.Log})
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		o.Pages = page.Routes()
 	}
 	if *out != "" {
 		st, err := receive.NewStore(*out)
