@@ -461,17 +461,7 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprint(v)
 	},
-	"progs": func(ps []string) string {
-		var b []string
-		for i, p := range ps {
-			if i == 3 {
-				b = append(b, fmt.Sprintf("+%d", len(ps)-3))
-				break
-			}
-			b = append(b, path.Base(p))
-		}
-		return strings.Join(b, ", ")
-	},
+	"progs": progs,
 	"releases": func(fs []collector.Facet) string {
 		var b []string
 		for _, f := range fs {
@@ -486,4 +476,21 @@ var funcs = template.FuncMap{
 		return fmt.Sprintf("%d%%", (n*100+total/2)/total)
 	},
 	"add": func(a, b int) int { return a + b },
+}
+
+// progs names a group's programs by base name, each once, the first
+// three and how many more.
+func progs(ps []string) string {
+	var names []string
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if b := path.Base(p); !seen[b] {
+			seen[b] = true
+			names = append(names, b)
+		}
+	}
+	if len(names) > 3 {
+		names = append(names[:3], fmt.Sprintf("+%d", len(names)-3))
+	}
+	return strings.Join(names, ", ")
 }
