@@ -2,8 +2,9 @@
 // boards queue and upload. See README.md.
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
-//	unwound receive --port DEV [--baud N] --out DIR [--follow] [--count N] [--idle D]
-//	unwound serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound receive --port DEV [--baud N] (--out DIR | --dir DIR | --collector URL) [--follow] [--count N] [--idle D]
+//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound crashes list|show|reports|resymbolize (--dir DIR | --url URL) ...
 //	unwound extract [--out DIR] [FILE] < console.log
 //	unwound symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...
 //	unwound minidebuginfo --unstripped F --stripped G [-o OUT] [--symbols-only] [-v]
@@ -41,6 +42,8 @@ func main() {
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
+	case "crashes":
+		err = crashesCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
 		err = minidebuginfoCmd(os.Args[2:])
 	case "version", "--version":
@@ -63,11 +66,22 @@ func usage() {
 
 commands:
   decode [--format json|text] FILE...   validate and print reports (.json.zst, .json, - for stdin)
-  receive --port DEV [--baud N] [--flow none|rtscts] --out DIR [--follow] [--count N] [--idle D]
+  receive --port DEV [--baud N] [--flow none|rtscts] [--follow] [--count N] [--idle D]
+          [--out DIR] [--dir DIR | --collector URL [--token T]]
                                         pull reports over a serial line until the board's queue
-                                        is empty (--follow: keep listening); reopens DEV if it goes away
-  serve [--listen ADDR] --dir DIR [--token T] [--tls-cert F --tls-key F [--client-ca F]]
-                                        receive reports over HTTP(S); GET /reports lists them
+                                        is empty (--follow: keep listening); reopens DEV if it goes away;
+                                        files in --out, and/or into a collector (its --dir, or its URL)
+  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N] [--rules F]
+                                        the fleet's collector: receive reports over HTTP(S) into
+                                        DIR/unwound.db, symbolized and grouped; GET /reports lists
+                                        them, /api/ serves the groups (docs/collector.md)
+  crashes list [--since T] [--release R] [--program P] [--device D] [--signal S] [--json]
+  crashes show GROUP|REPORT [--json]
+  crashes reports GROUP [--json]
+  crashes resymbolize
+                                        a collector's crashes, grouped, most boards first; every
+                                        subcommand takes --dir DIR or --url URL [--token T]
   extract [--out DIR] [FILE] < LOG      recover 'unwound-uploader dump' reports from a console log;
                                         prints the =UNWOUND-ACK lines the board's dump --remove takes
   symbolize [--debug-dir DIR]... [--sysroot DIR] [--format text|json] FILE...

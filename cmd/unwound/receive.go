@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/host/receive"
 )
 
@@ -20,7 +21,12 @@ func receiveCmd(args []string) error {
 	fs.StringVar(&o.Port, "port", "", "serial `device` (e.g. /dev/ttyUSB0, or /dev/serial/by-id/...)")
 	fs.IntVar(&o.Baud, "baud", 115200, "line speed")
 	fs.StringVar(&o.Flow, "flow", "none", "flow control: none or rtscts")
-	out := fs.String("out", "", "`directory` for the reports (DIR/<id>.json.zst)")
+	out := fs.String("out", "", "`directory` for the reports as files (DIR/<id>.json.zst)")
+	dir := fs.String("dir", "", "hand the reports to the collector in this `directory` (as unwound serve --dir; the database is shared)")
+	coll := fs.String("collector", "", "hand the reports to a running collector at this `URL` (http://host:8080), as an uploader would")
+	token := fs.String("token", "", "bearer `token` for --collector (default $UNWOUND_TOKEN)")
+	var cf collectorFlags
+	cf.register(fs, false)
 	fs.BoolVar(&o.Follow, "follow", false, "keep listening after the board's queue is empty")
 	fs.IntVar(&o.Count, "count", 0, "exit after `N` new reports (0: never)")
 	fs.DurationVar(&o.Idle, "idle", 0, "exit after this long without a frame (0: never)")
@@ -31,14 +37,44 @@ func receiveCmd(args []string) error {
 	if o.Port == "" {
 		return errors.New("receive: --port is required")
 	}
-	st, err := receive.NewStore(*out)
-	if err != nil {
-		return fmt.Errorf("receive: %w", err)
-	}
 	o.Log = func(format string, args ...any) {
 		if !*quiet {
 			fmt.Fprintf(os.Stderr, "unwound receive: "+format+"\n", args...)
 		}
+	}
+	if *dir != "" && *coll != "" {
+		return errors.New("receive: --dir or --collector, not both")
+	}
+	// The collector first: a report the board deletes must be in the
+	// database; the files are a copy.
+	var sinks receive.Tee
+	switch {
+	case *dir != "":
+		c, err := cf.open(*dir, o.Log)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		defer c.Close()
+		sinks = append(sinks, c)
+	case *coll != "":
+		if *token == "" {
+			*token = os.Getenv("UNWOUND_TOKEN")
+		}
+		sinks = append(sinks, &collector.Client{URL: *coll, Token: *token})
+	}
+	if *out == "" && len(sinks) == 0 {
+		return errors.New("receive: --out DIR, --dir DIR or --collector URL: where do the reports go?")
+	}
+	if *out != "" {
+		st, err := receive.NewStore(*out)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		sinks = append(sinks, st)
+	}
+	var st receive.Sink = sinks
+	if len(sinks) == 1 {
+		st = sinks[0]
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

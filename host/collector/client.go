@@ -134,6 +134,7 @@ func (c *Client) Report(id string) (*ReportDetail, error) {
 	if err := c.get("GET", "/api/reports/"+url.PathEscape(id), &out); err != nil {
 		return nil, err
 	}
+	fixResult(out.Result)
 	return &out, nil
 }
 

@@ -281,6 +281,7 @@ type ingest struct {
 	sig                signature.Signature
 	group              string
 	missing            int
+	lacking            string
 }
 
 func (c *Collector) ingest(r *report.Report, raw []byte, res *symbolize.Result, frames []signature.Frame, sig signature.Signature, x reportExtras, received int64) *ingest {
@@ -308,7 +309,37 @@ func (c *Collector) ingest(r *report.Report, raw []byte, res *symbolize.Result, 
 			in.missing++
 		}
 	}
+	in.lacking = lacking(res)
 	return in
+}
+
+// lacking lists the GNU build ids of the modules whose crashed-thread
+// frames had no symbol, as " id1 id2 " (a LIKE '% id %' finds one).
+func lacking(res *symbolize.Result) string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range res.Threads {
+		if !t.Crashed {
+			continue
+		}
+		for _, f := range t.Frames {
+			if len(f.Locations) > 0 || f.Module < 0 || f.Module >= len(res.Report.Modules) {
+				continue
+			}
+			m := res.Report.Modules[f.Module]
+			id := strings.ToLower(m.BuildID)
+			if id == "" || m.BuildIDKind == "code" || seen[id] {
+				continue
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	if len(ids) == 0 {
+		return ""
+	}
+	return " " + strings.Join(ids, " ") + " "
 }
 
 // programOf names a report's program: its executable, else its comm.
@@ -349,10 +380,10 @@ func (c *Collector) insert(in *ingest) (bool, error) {
 		return false, err
 	}
 	_, err = tx.Exec(`INSERT INTO reports (id, received, seen, device, program, arch, kernel, signal, release,
-		group_id, signature, missing, raw, symbolized, size, release_json, attributes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		group_id, signature, missing, raw, symbolized, size, release_json, attributes, lacking)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		in.r.ID, in.received, in.seen, in.device, in.program, in.r.Arch, in.r.Kernel, in.r.Signal.Number, in.release,
-		in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs)
+		in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs, in.lacking)
 	if err != nil {
 		return false, err
 	}

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -337,5 +336,3 @@ func TestConcurrentPuts(t *testing.T) {
 		t.Fatalf("journal_mode %s synchronous %d: want wal, 2 (FULL)", mode, sync)
 	}
 }
-
-var _ = sql.ErrNoRows

@@ -170,7 +170,7 @@ func (c *Collector) Start() {
 			case <-poll.C:
 				if g := c.generation(); g != gen {
 					gen = g
-					res, err := c.Resymbolize()
+					res, err := c.resymbolize(c.available())
 					if err != nil {
 						c.opts.Log("resymbolizing: %v", err)
 						continue

@@ -514,7 +514,32 @@ func decodeResult(b []byte) (*symbolize.Result, error) {
 	if err := json.Unmarshal(js, &res); err != nil {
 		return nil, fmt.Errorf("stored symbols: %w", err)
 	}
+	if res.Report == nil {
+		return nil, errors.New("stored symbols: no report")
+	}
+	fixResult(&res)
 	return &res, nil
+}
+
+// fixResult mends a symbolize.Result read from JSON: its modules and
+// threads shadow the report's, which it gets back.
+func fixResult(res *symbolize.Result) {
+	if res == nil || res.Report == nil {
+		return
+	}
+	res.Report.Modules = make([]report.Module, len(res.Modules))
+	for i, m := range res.Modules {
+		res.Report.Modules[i] = m.Module
+	}
+	res.Report.Threads = make([]report.Thread, len(res.Threads))
+	for i, t := range res.Threads {
+		th := t.Thread
+		th.Frames = make([]report.Frame, len(t.Frames))
+		for j, f := range t.Frames {
+			th.Frames[j] = f.Frame
+		}
+		res.Report.Threads[i] = th
+	}
 }
 
 // Releases lists the releases seen, oldest first.

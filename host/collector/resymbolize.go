@@ -2,7 +2,11 @@ package collector
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/unwound-dev/unwound/report/decode"
 )
@@ -35,6 +39,12 @@ type redo struct {
 // whose reports split moves them one by one; the counts of its pruned
 // reports stay where they were.
 func (c *Collector) Resymbolize() (ResymbolizeResult, error) {
+	return c.resymbolize(nil)
+}
+
+// resymbolize is Resymbolize for the reports that lacked the symbols of
+// one of the build ids in only (nil: every report that lacked some).
+func (c *Collector) resymbolize(only map[string]bool) (ResymbolizeResult, error) {
 	var res ResymbolizeResult
 	c.smu.Lock()
 	c.sgen = "\x00stale" // symbols may have come without a generation change
@@ -46,24 +56,39 @@ func (c *Collector) Resymbolize() (ResymbolizeResult, error) {
 		id, group string
 		raw       []byte
 		missing   int
+		lacking   string
 		received  int64
 	}
-	rows, err := c.db.Query(`SELECT id, group_id, raw, missing, received FROM reports WHERE missing > 0 ORDER BY group_id, received`)
+	rows, err := c.db.Query(`SELECT id, lacking FROM reports WHERE lacking != '' ORDER BY group_id, received`)
 	if err != nil {
 		return res, err
 	}
-	var cands []cand
+	var ids []string
 	for rows.Next() {
-		var x cand
-		if err := rows.Scan(&x.id, &x.group, &x.raw, &x.missing, &x.received); err != nil {
+		var id, lack string
+		if err := rows.Scan(&id, &lack); err != nil {
 			rows.Close()
 			return res, err
 		}
-		cands = append(cands, x)
+		if only == nil || helps(only, lack) {
+			ids = append(ids, id)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return res, err
+	}
+	var cands []cand
+	for _, id := range ids {
+		x := cand{id: id}
+		err := c.db.QueryRow(`SELECT group_id, raw, missing, received, lacking FROM reports WHERE id = ?`, id).Scan(&x.group, &x.raw, &x.missing, &x.received, &x.lacking)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // pruned meanwhile
+		}
+		if err != nil {
+			return res, err
+		}
+		cands = append(cands, x)
 	}
 	byGroup := map[string][]redo{}
 	var order []string
@@ -77,7 +102,7 @@ func (c *Collector) Resymbolize() (ResymbolizeResult, error) {
 		sr, frames := c.symbolize(r)
 		sig := c.rules.Of(frames)
 		in := c.ingest(r, x.raw, sr, frames, sig, extras(x.raw), x.received)
-		if in.missing >= x.missing && in.group == x.group {
+		if in.missing >= x.missing && in.group == x.group && in.lacking == x.lacking {
 			continue
 		}
 		if in.missing < x.missing {
@@ -101,6 +126,38 @@ func (c *Collector) Resymbolize() (ResymbolizeResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// helps reports whether a report's lacking list names a build id in
+// only ("*": not known, from before schema 3).
+func helps(only map[string]bool, lacking string) bool {
+	if strings.TrimSpace(lacking) == "*" {
+		return true
+	}
+	for _, id := range strings.Fields(lacking) {
+		if only[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// available lists the build ids the symbol store has files for:
+// DIR/symbols/.build-id/xx/rest[.debug].
+func (c *Collector) available() map[string]bool {
+	out := map[string]bool{}
+	root := filepath.Join(c.dir, SymbolsDir, ".build-id")
+	dirs, _ := os.ReadDir(root)
+	for _, d := range dirs {
+		if !d.IsDir() || len(d.Name()) != 2 {
+			continue
+		}
+		files, _ := os.ReadDir(filepath.Join(root, d.Name()))
+		for _, f := range files {
+			out[strings.ToLower(d.Name()+strings.TrimSuffix(f.Name(), ".debug"))] = true
+		}
+	}
+	return out
 }
 
 // regroup writes one old group's symbolized-again reports.
@@ -146,8 +203,8 @@ func (c *Collector) regroup(old string, redos []redo) (*Merged, error) {
 				}
 			}
 		}
-		if _, err := tx.Exec(`UPDATE reports SET group_id = ?, signature = ?, missing = ?, symbolized = ?, size = ? WHERE id = ?`,
-			in.group, in.sig.Text, in.missing, in.symbolized, len(in.raw)+len(in.symbolized), r.id); err != nil {
+		if _, err := tx.Exec(`UPDATE reports SET group_id = ?, signature = ?, missing = ?, symbolized = ?, size = ?, lacking = ? WHERE id = ?`,
+			in.group, in.sig.Text, in.missing, in.symbolized, len(in.raw)+len(in.symbolized), in.lacking, r.id); err != nil {
 			return nil, err
 		}
 	}

@@ -80,6 +80,11 @@ var migrations = []string{
 	INSERT INTO facets (group_id, facet, value, count, first_seen, last_seen)
 		SELECT group_id, 'day', date(seen, 'unixepoch'), count(*), min(seen), max(seen)
 		FROM reports GROUP BY group_id, date(seen, 'unixepoch');`,
+
+	// 3: the build ids whose symbols each report lacked (" id1 id2 "),
+	// so that new symbols resymbolize only the reports they can help.
+	// Reports from before are resymbolized at the next change.
+	`ALTER TABLE reports ADD COLUMN lacking TEXT NOT NULL DEFAULT '*';`,
 }
 
 // SchemaVersion is the PRAGMA user_version of a database this package

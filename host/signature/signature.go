@@ -37,8 +37,9 @@ const MaxFrames = 8
 // Rules are the signature rules: what to skip, what to keep going past,
 // how to normalize names.
 type Rules struct {
-	Skip      []*regexp.Regexp
-	Prefix    []*regexp.Regexp
+	Skip      []*regexp.Regexp // function names
+	Prefix    []*regexp.Regexp // function names
+	System    []*regexp.Regexp // module base names
 	Normalize []Rewrite
 }
 
@@ -53,6 +54,7 @@ type Rewrite struct {
 type file struct {
 	Skip      []string `toml:"skip"`
 	Prefix    []string `toml:"prefix"`
+	System    []string `toml:"system"`
 	Normalize []struct {
 		Pattern string `toml:"pattern"`
 		Replace string `toml:"replace"`
@@ -101,6 +103,13 @@ func Parse(b []byte) (*Rules, error) {
 		}
 		r.Prefix = append(r.Prefix, re)
 	}
+	for i, s := range f.System {
+		re, err := compile("system", i, s)
+		if err != nil {
+			return nil, err
+		}
+		r.System = append(r.System, re)
+	}
 	for i, n := range f.Normalize {
 		re, err := compile("normalize", i, n.Pattern)
 		if err != nil {
@@ -118,6 +127,7 @@ func (r *Rules) Extend(other *Rules) *Rules {
 	return &Rules{
 		Skip:      append(append([]*regexp.Regexp{}, r.Skip...), other.Skip...),
 		Prefix:    append(append([]*regexp.Regexp{}, r.Prefix...), other.Prefix...),
+		System:    append(append([]*regexp.Regexp{}, r.System...), other.System...),
 		Normalize: append(append([]Rewrite{}, r.Normalize...), other.Normalize...),
 	}
 }
@@ -140,20 +150,52 @@ type Signature struct {
 	Symbolized bool `json:"symbolized"`
 }
 
-// Of returns the signature of a crashed thread's frames, innermost first:
-// skipped frames are dropped, prefix frames kept together with their
-// caller, and the first frame that is neither ends it.
+// Of returns the signature of a crashed thread's frames, innermost first.
+//
+// A frame in a system library (the C library, the C++ runtime, the
+// vDSO: the System list) is named by its library, symbols or not, and
+// never ends a signature: the program that called it names the bug, and
+// a trace names libc's frames differently with and without libc's
+// symbols, on every architecture, and in every build (memcpy on one,
+// __memcpy_avx_unaligned_erms or memset on another).
+//
+// First, a leading run of skip frames and system-library frames is
+// dropped when it holds a skip frame (the machinery of abort, raise, a
+// C++ throw). Then skip frames are dropped, prefix and system-library
+// frames kept together with their caller, and the first frame that is
+// neither ends the signature.
 func (r *Rules) Of(frames []Frame) Signature {
+	lead, skipped := 0, false
+	for ; lead < len(frames); lead++ {
+		f := frames[lead]
+		if r.skip(f) {
+			skipped = true
+			continue
+		}
+		if r.system(f) {
+			continue
+		}
+		break
+	}
+	if skipped {
+		frames = frames[lead:]
+	}
 	var parts []string
 	sym := true
 	for _, f := range frames {
-		name, has := r.Name(f)
-		if matchAny(r.Skip, name) {
+		if r.skip(f) {
 			continue
 		}
+		name, has := r.Name(f)
+		sys := r.system(f)
+		if sys && len(parts) > 0 && parts[len(parts)-1] == name {
+			continue // libc.so.6 | libc.so.6: one library, said once
+		}
 		parts = append(parts, name)
-		sym = sym && has
-		if !matchAny(r.Prefix, name) || len(parts) == MaxFrames {
+		// A PC outside every module can have no symbol; a system frame
+		// without one may turn out to be a skip frame when it gets one.
+		sym = sym && (has || f.Module == "")
+		if !sys && !matchAny(r.Prefix, name) || len(parts) == MaxFrames {
 			break
 		}
 	}
@@ -163,11 +205,32 @@ func (r *Rules) Of(frames []Frame) Signature {
 	return Signature{Text: strings.Join(parts, Sep), Symbolized: sym}
 }
 
-// Name is a frame's normalized name and whether it came from a symbol:
-// the function, else "module+0xoffset", else "@0xPC" for a PC below the
-// first page (a call through a NULL pointer), "(withheld)" or
-// "(no module)".
+// skip reports whether a frame's function is on the skip list.
+func (r *Rules) skip(f Frame) bool {
+	if f.Function == "" {
+		return false
+	}
+	return matchAny(r.Skip, r.NormalizeName(f.Function))
+}
+
+// system reports whether a frame is in a system library.
+func (r *Rules) system(f Frame) bool {
+	return f.Module != "" && matchAny(r.System, moduleBase(f.Module))
+}
+
+func moduleBase(p string) string {
+	return path.Base(strings.TrimSuffix(p, " (deleted)"))
+}
+
+// Name is a frame's name in a signature and whether it came from a
+// symbol: the library's base name for a frame in a system library
+// (libc.so.6), else the normalized function, else "module+0xoffset",
+// else "@0xPC" for a PC below the first page (a call through a NULL
+// pointer), "(withheld)" or "(no module)".
 func (r *Rules) Name(f Frame) (string, bool) {
+	if f.Module != "" && r.system(f) {
+		return moduleBase(f.Module), f.Function != ""
+	}
 	if f.Function != "" {
 		if n := r.NormalizeName(f.Function); n != "" {
 			return n, true
@@ -177,7 +240,7 @@ func (r *Rules) Name(f Frame) (string, bool) {
 	case f.Withheld:
 		return "(withheld)", false
 	case f.Module != "":
-		return fmt.Sprintf("%s+%#x", path.Base(strings.TrimSuffix(f.Module, " (deleted)")), f.Offset), false
+		return fmt.Sprintf("%s+%#x", moduleBase(f.Module), f.Offset), false
 	case f.PC < 4096:
 		return fmt.Sprintf("@%#x", f.PC), false
 	}
