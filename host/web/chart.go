@@ -83,7 +83,6 @@ func newChart(days []collector.Facet) *chart {
 		b := &all[i]
 		b.W = w
 		b.X = 30 + i*slot + (slot-w)/2
-		b.H = 0
 		if c.Max > 0 {
 			b.H = b.Count * (c.Base - c.Top) / c.Max
 		}
@@ -92,7 +91,7 @@ func newChart(days []collector.Facet) *chart {
 		}
 		b.Y = c.Base - b.H
 		b.LabelX = b.X + w/2
-		if i%every == 0 || i == len(all)-1 && len(all) == 1 {
+		if i%every == 0 {
 			b.Label = b.Day[5:] // MM-DD
 		}
 		b.TitleCrashes = fmt.Sprintf("%s: %d %s", b.Day, b.Count, plural(b.Count, "crash", "crashes"))

@@ -160,8 +160,8 @@ type view struct {
 // 500, not half a page.
 func (p *Page) render(w http.ResponseWriter, r *http.Request, code int, name, title string, data any) {
 	var buf bytes.Buffer
-	_, hasCookie := r.Cookie(cookieName)
-	v := view{Title: title, Logout: !p.auth.open() && hasCookie == nil, Data: data}
+	_, noSession := r.Cookie(cookieName)
+	v := view{Title: title, Logout: !p.auth.open() && noSession == nil, Data: data}
 	if err := p.pages[name].ExecuteTemplate(&buf, "layout", v); err != nil {
 		p.log("page %s: template %s: %v", r.URL.Path, name, err)
 		http.Error(w, "cannot render the page", http.StatusInternalServerError)
