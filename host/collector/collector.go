@@ -212,7 +212,11 @@ func (c *Collector) Has(id string) bool {
 // whether it was new (false: a duplicate, kept or pruned), and a
 // validation error (the sender's fault) or a local one.
 func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
-	r, derr := decode.Report(data)
+	// Decompressed once: the report and its extras read the same JSON.
+	js, derr := decode.JSON(data)
+	if derr == nil {
+		r, derr = decode.Report(js)
+	}
 	if derr != nil {
 		return nil, false, derr, nil
 	}
@@ -222,7 +226,7 @@ func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bo
 	if c.Has(r.ID) {
 		return r, false, nil, nil
 	}
-	extra := extras(data)
+	extra := extras(js)
 	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		data = report.Compress(data)
 	}
