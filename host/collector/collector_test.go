@@ -166,6 +166,8 @@ func TestGroupsAndFilters(t *testing.T) {
 		want int
 	}{
 		{Filter{Release: "gateway 2.4.0"}, 1},
+		{Filter{Release: "2.4.1"}, 2},
+		{Filter{Release: "4.1"}, 0},
 		{Filter{Release: "unknown"}, 1},
 		{Filter{Program: "radiod"}, 1},
 		{Filter{Program: "/usr/bin/gw"}, 2},
