@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/qemu"
 )
 
@@ -26,7 +25,6 @@ func main() {
 	scenario := flag.String("scenario", "threads", "crash scenario of testdata/crash/crash.c")
 	arch := flag.String("arch", "arm64", "board architecture: arm64 (aarch64), arm (armhf), riscv64, x86_64 (amd64)")
 	cpu := flag.String("cpu", "", "QEMU CPU model (aarch64: max enables pointer authentication)")
-	flag.StringVar(&collectorDir, "collector", defaultCollector(), "the collector `directory` the report goes into (unwound serve --dir)")
 	flag.Parse()
 	a, ok := arches[*arch]
 	if !ok {
@@ -80,41 +78,7 @@ func run(w io.Writer, arch, cpu, scenario, work string) (*qemu.BoardResult, erro
 	for _, m := range res.Missing {
 		step("missing: %s", m)
 	}
-	if collectorDir != "" {
-		if err := collect(w, res, collectorDir); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
-}
-
-// collectorDir is where the demo's reports are collected ("": nowhere).
-var collectorDir string
-
-// defaultCollector is the demo's collector, kept across runs in the
-// cache: $UNWOUND_CACHE/demo-collector or ~/.cache/unwound/demo-collector.
-func defaultCollector() string {
-	if d := os.Getenv("UNWOUND_CACHE"); d != "" {
-		return filepath.Join(d, "demo-collector")
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "unwound", "demo-collector")
-	}
-	return ""
-}
-
-// collect puts the received reports into the collector in dir, as unwound
-// receive --dir would, and says how to look at them.
-func collect(w io.Writer, res *qemu.BoardResult, dir string) error {
-	gs, err := collector.Collect(dir, collector.Options{Sysroot: res.HostRoot, DebugDirs: res.DebugDirs}, res.Reports...)
-	if err != nil {
-		return fmt.Errorf("collector %s: %w", dir, err)
-	}
-	for _, g := range gs {
-		fmt.Fprintf(w, "==> in the collector %s: group %s %q (%s), %d reports from %d boards\n", dir, g.ID, g.Signature, g.SignalName, g.Count, g.Boards)
-		fmt.Fprintf(w, "    unwound crashes list --dir %s\n    unwound crashes show %s --dir %s\n", dir, g.ID, dir)
-	}
-	return nil
 }
 
 // guestLines is the console without blank lines and carriage returns.
