@@ -407,3 +407,21 @@ func TestAPIClient(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+// DIR/signature.toml extends the built-in rules for every opener; a
+// broken one is an error that names it.
+func TestRulesFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("prefix = ['^gw\\+0x100$']\n"), 0o644)
+	c := open(t, dir, Options{})
+	put(t, c, fake{id: 1, device: "b1", exe: "/usr/bin/gw", signal: 11, offset: 0x100})
+	gs, _ := c.Groups(Filter{})
+	if len(gs) != 1 || gs[0].Signature != "gw+0x100 | gw+0xff" {
+		t.Fatalf("%+v", gs)
+	}
+	c.Close()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("skip = ['(']\n"), 0o644)
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), RulesFile) || !strings.Contains(err.Error(), "skip[0]") {
+		t.Fatalf("broken rules: %v", err)
+	}
+}
