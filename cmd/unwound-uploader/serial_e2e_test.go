@@ -602,3 +602,35 @@ func total(m map[string][]byte) int {
 	}
 	return n
 }
+
+// TestSerialIntoCollector: unwound receive hands what it drains to a
+// collector, by its directory (--dir, beside --out files) and by its URL
+// (--collector, as an uploader posts): every report arrives once,
+// byte-identical, in the database.
+func TestSerialIntoCollector(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		r := newRig(t, 5, 100, faults{})
+		cdir := t.TempDir()
+		rx, rxLog := r.receiver(t, "--dir", cdir, "--idle", "60s")
+		if out, err := r.uploader(t, "1s", "--once", "--tries", "5").CombinedOutput(); err != nil {
+			t.Fatalf("uploader: %v\n%s\nreceiver:\n%s", err, out, rxLog)
+		}
+		waitExit(t, rx, rxLog, 20*time.Second)
+		r.checkOnce(t, rxLog.String())
+		collected(t, cdir, r.want)
+	})
+	t.Run("url", func(t *testing.T) {
+		r := newRig(t, 5, 100, faults{})
+		srv := startServe(t, t.TempDir(), "--token", "s3cret")
+		rx, rxLog := r.receiver(t, "--collector", srv.url, "--token", "s3cret", "--idle", "60s")
+		if out, err := r.uploader(t, "1s", "--once", "--tries", "5").CombinedOutput(); err != nil {
+			t.Fatalf("uploader: %v\n%s\nreceiver:\n%s", err, out, rxLog)
+		}
+		waitExit(t, rx, rxLog, 20*time.Second)
+		r.checkOnce(t, rxLog.String())
+		collected(t, srv.dir, r.want)
+		if n := strings.Count(srv.Log(), ": stored"); n != len(r.want) {
+			t.Fatalf("the collector stored %d reports, want %d:\n%s", n, len(r.want), srv.Log())
+		}
+	})
+}

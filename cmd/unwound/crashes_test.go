@@ -281,7 +281,11 @@ func TestCollectorKill(t *testing.T) {
 		data []byte
 	}
 	var all []rep
-	for i := 0; i < 1500; i++ {
+	n := 1500
+	if testing.Short() {
+		n = 300
+	}
+	for i := 0; i < n; i++ {
 		id, data := testutil.Report(rng, fmt.Sprintf("prog%d", i%5), 20)
 		all = append(all, rep{id, data})
 	}

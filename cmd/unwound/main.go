@@ -72,7 +72,7 @@ commands:
                                         is empty (--follow: keep listening); reopens DEV if it goes away;
                                         files in --out, and/or into a collector (its --dir, or its URL)
   serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--read-token T] [--tls-cert F --tls-key F [--client-ca F]]
-        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N] [--rules F]
+        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N]
                                         the fleet's collector: receive reports over HTTP(S) into
                                         DIR/unwound.db, symbolized and grouped; GET /reports lists
                                         them, /api/ serves the groups (docs/collector.md), / is the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/host/receive"
-	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/host/web"
 )
@@ -24,13 +23,11 @@ type collectorFlags struct {
 	sysroot  string
 	keepDays int
 	maxBytes int64
-	rules    string
 }
 
 func (cf *collectorFlags) register(fs *flag.FlagSet, retention bool) {
 	fs.Var(&cf.dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug), searched after DIR/symbols; repeatable")
 	fs.StringVar(&cf.sysroot, "sysroot", "", "the target's root filesystem `dir`: report paths are looked up under it (default DIR/sysroot)")
-	fs.StringVar(&cf.rules, "rules", "", "signature rules `file` (TOML, as host/signature/rules.toml) added to the built-in ones")
 	if retention {
 		fs.IntVar(&cf.keepDays, "keep-days", 0, "prune reports received more than `N` days ago (0: keep them); groups keep their counts")
 		fs.Int64Var(&cf.maxBytes, "max-bytes", 0, "prune the oldest reports while the kept reports exceed `N` bytes (0: no bound)")
@@ -38,22 +35,12 @@ func (cf *collectorFlags) register(fs *flag.FlagSet, retention bool) {
 }
 
 // open opens the collector in dir with these flags; DEBUGINFOD_URLS is
-// read as unwound symbolize reads it.
+// read as unwound symbolize reads it, the signature rules from
+// DIR/signature.toml.
 func (cf *collectorFlags) open(dir string, logf func(string, ...any)) (*collector.Collector, error) {
 	o := collector.Options{
 		DebugDirs: cf.dirs, Sysroot: cf.sysroot, Debuginfod: symbolize.DebuginfodFromEnv(),
 		KeepDays: cf.keepDays, MaxBytes: cf.maxBytes, Log: logf,
-	}
-	if cf.rules != "" {
-		b, err := os.ReadFile(cf.rules)
-		if err != nil {
-			return nil, err
-		}
-		extra, err := signature.Parse(b)
-		if err != nil {
-			return nil, fmt.Errorf("--rules %s: %w", cf.rules, err)
-		}
-		o.Rules = signature.Default().Extend(extra)
 	}
 	return collector.Open(dir, o)
 }

@@ -22,6 +22,7 @@ import (
 //	GET  /api/reports/{id}                ReportDetail (the symbolized report)
 //	GET  /api/reports/{id}/raw            the report as received (zstd)
 //	GET  /api/releases                    []ReleaseInfo
+//	GET  /api/values/{facet}              []Facet: program, device, kernel, arch, release, attr:KEY
 //	POST /api/resymbolize                 ResymbolizeResult
 //
 // since is RFC 3339 or a duration before now (24h); signal a number or a
@@ -72,6 +73,9 @@ func API(c *Collector) http.Handler {
 	})
 	mux.HandleFunc("GET /api/releases", func(w http.ResponseWriter, r *http.Request) {
 		reply(w)(c.Releases())
+	})
+	mux.HandleFunc("GET /api/values/{facet}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w)(c.Values(r.PathValue("facet")))
 	})
 	mux.HandleFunc("POST /api/resymbolize", func(w http.ResponseWriter, r *http.Request) {
 		reply(w)(c.Resymbolize())

@@ -144,6 +144,12 @@ func (c *Client) Releases() ([]ReleaseInfo, error) {
 	return out, c.get("GET", "/api/releases", &out)
 }
 
+// Values asks GET /api/values/{facet}.
+func (c *Client) Values(facet string) ([]Facet, error) {
+	var out []Facet
+	return out, c.get("GET", "/api/values/"+url.PathEscape(facet), &out)
+}
+
 // Resymbolize asks POST /api/resymbolize.
 func (c *Client) Resymbolize() (ResymbolizeResult, error) {
 	var out ResymbolizeResult

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -51,6 +52,10 @@ const DBName = "unwound.db"
 // file Generation in it is touched after each addition.
 const SymbolsDir = "symbols"
 
+// RulesFile is the project's own signature rules under the collector's
+// directory (host/signature's TOML), added to the built-in ones.
+const RulesFile = "signature.toml"
+
 // Generation is the file under SymbolsDir whose change means new symbols.
 const Generation = "generation"
 
@@ -63,7 +68,9 @@ type Options struct {
 	DebugDirs  []string
 	Sysroot    string
 	Debuginfod *symbolize.Debuginfod
-	// Rules are the signature rules (default signature.Default()).
+	// Rules are the signature rules (default: signature.Default(),
+	// extended by DIR/signature.toml when there is one, so that every
+	// command opening the directory groups alike).
 	Rules *signature.Rules
 	// KeepDays prunes reports received more than this many days ago
 	// (0: keep them); MaxBytes prunes the oldest reports while the kept
@@ -133,11 +140,21 @@ func Open(dir string, o Options) (*Collector, error) {
 	}
 	if o.Rules == nil {
 		o.Rules = signature.Default()
+		b, err := os.ReadFile(filepath.Join(dir, RulesFile))
+		if err == nil {
+			extra, err := signature.Parse(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, RulesFile), err)
+			}
+			o.Rules = o.Rules.Extend(extra)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	}
 	if o.Sysroot == "" {
 		o.Sysroot = filepath.Join(dir, "sysroot")
 	}
-	db, err := openDB(filepath.Join(dir, DBName))
+	db, err := openDB(filepath.Join(dir, DBName), synchronous)
 	if err != nil {
 		return nil, err
 	}
@@ -150,12 +167,17 @@ func Open(dir string, o Options) (*Collector, error) {
 	return c, nil
 }
 
+// synchronous is SQLite's synchronous setting: FULL, so that an
+// acknowledged report survives a power cut (docs/collector.md). The
+// benchmark compares it with NORMAL.
+var synchronous = "FULL"
+
 // openDB opens the SQLite file with the pragmas every connection needs.
-func openDB(path string) (*sql.DB, error) {
+func openDB(path, sync string) (*sql.DB, error) {
 	dsn := "file:" + path + "?" + strings.Join([]string{
 		"_pragma=busy_timeout(10000)",
 		"_pragma=journal_mode(WAL)",
-		"_pragma=synchronous(FULL)",
+		"_pragma=synchronous(" + sync + ")",
 		"_pragma=foreign_keys(1)",
 		"_pragma=auto_vacuum(INCREMENTAL)",
 		"_txlock=immediate",
@@ -207,7 +229,11 @@ func (c *Collector) Has(id string) bool {
 // whether it was new (false: a duplicate, kept or pruned), and a
 // validation error (the sender's fault) or a local one.
 func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
-	r, derr := decode.Report(data)
+	// Decompressed once: the report and its extras read the same JSON.
+	js, derr := decode.JSON(data)
+	if derr == nil {
+		r, derr = decode.Report(js)
+	}
 	if derr != nil {
 		return nil, false, derr, nil
 	}
@@ -217,7 +243,7 @@ func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bo
 	if c.Has(r.ID) {
 		return r, false, nil, nil
 	}
-	extra := extras(data)
+	extra := extras(js)
 	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		data = report.Compress(data)
 	}
@@ -458,3 +484,40 @@ func boolInt(b bool) int {
 }
 
 var _ receive.Sink = (*Collector)(nil)
+
+// Collect stores report files (.json.zst or .json, as unwound receive
+// writes them) into the collector in dir, creating it, and returns the
+// group each report is in, in order: what make demo calls with the report
+// it received, before telling the user how to look at it (unwound crashes
+// show GROUP --dir DIR, or unwound serve --dir DIR and its page).
+func Collect(dir string, o Options, files ...string) ([]Group, error) {
+	c, err := Open(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var out []Group
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return out, err
+		}
+		r, _, invalid, err := c.Put(data, "")
+		if invalid != nil {
+			return out, fmt.Errorf("%s: %w", f, invalid)
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		var group string
+		if err := c.db.QueryRow(`SELECT group_id FROM reports WHERE id = ?`, r.ID).Scan(&group); err != nil {
+			return out, fmt.Errorf("%s: %w", f, err)
+		}
+		g, err := c.Group(group)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, g.Group)
+	}
+	return out, nil
+}

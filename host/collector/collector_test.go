@@ -2,13 +2,17 @@ package collector
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -162,6 +166,8 @@ func TestGroupsAndFilters(t *testing.T) {
 		want int
 	}{
 		{Filter{Release: "gateway 2.4.0"}, 1},
+		{Filter{Release: "2.4.1"}, 2},
+		{Filter{Release: "4.1"}, 0},
 		{Filter{Release: "unknown"}, 1},
 		{Filter{Program: "radiod"}, 1},
 		{Filter{Program: "/usr/bin/gw"}, 2},
@@ -261,7 +267,7 @@ func TestPruneKeepsCounts(t *testing.T) {
 // the new columns get their defaults, the day facets are backfilled.
 func TestMigrateFromV1(t *testing.T) {
 	dir := t.TempDir()
-	db, err := openDB(filepath.Join(dir, DBName))
+	db, err := openDB(filepath.Join(dir, DBName), synchronous)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +340,88 @@ func TestConcurrentPuts(t *testing.T) {
 	c.db.QueryRow(`PRAGMA synchronous`).Scan(&sync)
 	if mode != "wal" || sync != 2 {
 		t.Fatalf("journal_mode %s synchronous %d: want wal, 2 (FULL)", mode, sync)
+	}
+}
+
+// Collect puts report files into a collector and says their groups,
+// again without storing twice.
+func TestCollect(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(t.TempDir(), "r.json.zst")
+	if err := os.WriteFile(f, fake{id: 3, device: "demo", exe: "/usr/bin/crash", signal: 11, offset: 0x42}.encode(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		gs, err := Collect(filepath.Join(dir, "collector"), Options{}, f)
+		if err != nil || len(gs) != 1 || gs[0].Signature != "crash+0x42" || gs[0].Count != 1 {
+			t.Fatalf("%+v %v", gs, err)
+		}
+	}
+}
+
+// The API over HTTP answers what the Collector does: Client against API.
+func TestAPIClient(t *testing.T) {
+	c := open(t, t.TempDir(), Options{})
+	for i := 1; i <= 3; i++ {
+		put(t, c, fake{id: i, device: fmt.Sprintf("b%d", i), exe: "/usr/bin/gw", signal: 11, offset: 0x100, release: rel1, attrs: map[string]string{"hw_rev": "b"}})
+	}
+	put(t, c, fake{id: 9, device: "b9", exe: "/usr/bin/radiod", signal: 6, offset: 0x200, release: rel2})
+	srv := httptest.NewServer(receive.Guard("tok", API(c)))
+	defer srv.Close()
+	cl := &Client{URL: srv.URL, Token: "tok"}
+	gs, err := cl.Groups(Filter{Program: "gw"})
+	if err != nil || len(gs) != 1 || gs[0].Count != 3 || gs[0].Boards != 3 {
+		t.Fatalf("%+v %v", gs, err)
+	}
+	d, err := cl.Group(gs[0].ID)
+	if err != nil || len(d.Attributes["hw_rev"]) != 1 || d.Attributes["hw_rev"][0].Count != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	reps, err := cl.Reports(ReportQuery{Group: gs[0].ID, Limit: 2})
+	if err != nil || len(reps) != 2 {
+		t.Fatal(reps, err)
+	}
+	r, err := cl.Report(reps[0].ID)
+	if err != nil || r.Result == nil || len(r.Result.Report.Modules) != 1 || r.Result.Report.Modules[0].Path != "/usr/bin/gw" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	progs, err := cl.Values("program")
+	if err != nil || len(progs) != 2 || progs[0].Value != "/usr/bin/gw" || progs[0].Count != 3 {
+		t.Fatal(progs, err)
+	}
+	rels, err := cl.Releases()
+	if err != nil || len(rels) != 2 {
+		t.Fatal(rels, err)
+	}
+	if _, err := cl.Group("ffffffffffff"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown group: %v", err)
+	}
+	if _, err := (&Client{URL: srv.URL}).Groups(Filter{}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("no token: %v", err)
+	}
+	if _, err := cl.Groups(Filter{Order: "sideways"}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("bad order: %v", err)
+	}
+	res, err := cl.Resymbolize()
+	if err != nil || res.Reports != 4 || res.Regrouped != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// DIR/signature.toml extends the built-in rules for every opener; a
+// broken one is an error that names it.
+func TestRulesFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("prefix = ['^gw\\+0x100$']\n"), 0o644)
+	c := open(t, dir, Options{})
+	put(t, c, fake{id: 1, device: "b1", exe: "/usr/bin/gw", signal: 11, offset: 0x100})
+	gs, _ := c.Groups(Filter{})
+	if len(gs) != 1 || gs[0].Signature != "gw+0x100 | gw+0xff" {
+		t.Fatalf("%+v", gs)
+	}
+	c.Close()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("skip = ['(']\n"), 0o644)
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), RulesFile) || !strings.Contains(err.Error(), "skip[0]") {
+		t.Fatalf("broken rules: %v", err)
 	}
 }

@@ -1,20 +1,30 @@
 package collector
 
 import (
+	"context"
+	"debug/elf"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/qemu"
+	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
+	"golang.org/x/sys/unix"
 )
 
 // A lab crash is one fixture program crashed one way, its core made by
@@ -56,16 +66,154 @@ func labReport(t *testing.T, c labCrash) (*report.Report, fixture.Binary) {
 	if _, err := os.Stat(b.Stripped()); err != nil {
 		t.Skipf("%s: not built here", b.Stripped())
 	}
-	core, kernel := fixture.Core(t, b, c.scenario)
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: b.Sysroot(), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
+	var opts handler.OfflineOptions
+	if c.arch == "riscv64" {
+		// qemu-user writes no riscv64 cores: a real kernel's, from the
+		// QEMU lab.
+		core, root := riscvCore(t, b, c.scenario)
+		opts = handler.OfflineOptions{CoreFile: core, Sysroot: root}
+	} else {
+		core, kernel := fixture.Core(t, b, c.scenario)
+		opts = handler.OfflineOptions{CoreFile: core, Sysroot: b.Sysroot()}
+		if !kernel {
+			opts.Exe = b.Stripped()
+		}
 	}
+	opts.Config, opts.Log = config.Default(), handler.NewLogger(io.Discard)
 	r, err := handler.Offline(opts)
 	if err != nil {
 		t.Fatalf("%s: %v", c, err)
 	}
 	return r, b
+}
+
+// riscvCores are the lab's riscv64 kernel cores, made once per test
+// process for every crash the lab asks of riscv64 (labRISCV).
+var riscvCores struct {
+	sync.Mutex
+	cores map[string]string
+	root  string
+}
+
+// labRISCV is every riscv64 crash of the lab set.
+func labRISCV() []labCrash {
+	var out []labCrash
+	for _, rel := range labReleases {
+		v := rel.variant
+		if v == "clang-lld-default-dynamic" {
+			v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
+		}
+		for _, s := range labScenarios {
+			prog := "crash"
+			if s == "throw" {
+				prog = "crashxx"
+			}
+			out = append(out, labCrash{"riscv64", v, prog, s})
+		}
+	}
+	return out
+}
+
+// riscvCore returns the core of one riscv64 crash, and the guest's files
+// as the host sees them (programs at /bin/VARIANT/PROG, glibc at /lib).
+// The minimal kernel boots under QEMU once for every crash of labRISCV,
+// with a core_pattern that writes files, and ships the cores out; they
+// are cached beside the fixtures, keyed by the kernel.
+func riscvCore(t *testing.T, b fixture.Binary, scenario string) (string, string) {
+	t.Helper()
+	riscvCores.Lock()
+	defer riscvCores.Unlock()
+	name := func(c labCrash) string { return c.variant + "-" + c.prog + "-" + c.scenario }
+	want := name(labCrash{"riscv64", b.Variant, b.Prog, scenario})
+	if riscvCores.cores != nil {
+		return riscvCores.cores[want], riscvCores.root
+	}
+	if _, err := exec.LookPath("qemu-system-riscv64"); err != nil {
+		t.Skip("qemu-system-riscv64 not installed")
+	}
+	kernel, err := qemu.Kernel("riscv64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(b.Dir), "labcores", filepath.Base(filepath.Dir(kernel)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("", "unwound-riscv-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := qemu.NewInitramfs()
+	if err := qemu.AddGlibc(r, "riscv64", root); err != nil {
+		t.Skip(err)
+	}
+	cores := map[string]string{}
+	plan := guest.Plan{Steps: []guest.Step{{Mkdir: "/var/cores"}}}
+	added := map[string]bool{}
+	var missing []labCrash
+	for _, c := range labRISCV() {
+		bb := fixture.Binary{Arch: "riscv64", Variant: c.variant, Prog: c.prog, Dir: b.Dir}
+		gp := "/bin/" + c.variant + "/" + c.prog
+		if !added[gp] {
+			added[gp] = true
+			r.HostFile(gp, 0o755, bb.Stripped())
+			os.MkdirAll(filepath.Join(root, "bin", c.variant), 0o755)
+			os.Symlink(bb.Stripped(), filepath.Join(root, "bin", c.variant, c.prog))
+		}
+		n := name(c)
+		cores[n] = filepath.Join(dir, n+".core")
+		if _, err := os.Stat(cores[n]); err == nil {
+			continue
+		}
+		missing = append(missing, c)
+		plan.Steps = append(plan.Steps,
+			guest.Step{Write: "/proc/sys/kernel/core_pattern", Data: "/var/cores/" + n + ".core"},
+			guest.Step{Run: []string{gp, c.scenario}},
+			guest.Step{WaitFiles: "/var/cores/" + n + ".core"},
+			guest.Step{Ship: "/var/cores/" + n + ".core", As: "cores", Remove: true})
+	}
+	if len(missing) > 0 {
+		js, err := json.Marshal(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.File("/plan.json", 0o644, js)
+		work := t.TempDir()
+		init := filepath.Join(work, "init")
+		if err := qemu.BuildGo("github.com/unwound-dev/unwound/qemu/cmd/guestinit", "riscv64", init); err != nil {
+			t.Fatal(err)
+		}
+		r.HostFile("/init", 0o755, init)
+		m := &qemu.Machine{Arch: "riscv64", Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 10 * time.Minute, Dir: work}
+		res, err := m.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("riscv64 lab: %d crashes, boot to poweroff %v", len(missing), res.Duration.Round(time.Millisecond))
+		for _, c := range missing {
+			n := name(c)
+			data, ok := res.Files["cores/"+n+".core"]
+			if !ok {
+				t.Fatalf("%s: the guest wrote no core\n%s", n, res.Console)
+			}
+			if err := os.WriteFile(cores[n]+".tmp", data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(cores[n]+".tmp", cores[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	riscvCores.cores, riscvCores.root = cores, root
+	return cores[want], root
 }
 
 // addSymbols puts a crash's files where unwound symbols add would, by
@@ -95,6 +243,89 @@ func addSymbols(t *testing.T, dir string, r *report.Report, b fixture.Binary) {
 	}
 }
 
+var updateTraces = flag.Bool("update-traces", false, "rewrite host/signature/testdata/traces.json from the lab crashes")
+
+// labTrace is one lab crash's crashed-thread frames, symbolized, as the
+// signature tests read them (host/signature/testdata/traces.json).
+type labTrace struct {
+	Arch     string            `json:"arch"`
+	Variant  string            `json:"variant"`
+	Scenario string            `json:"scenario"`
+	Frames   []signature.Frame `json:"frames"`
+}
+
+// TestLabTraces writes the lab crashes' symbolized crashed-thread frames
+// for the signature tests (go test -run TestLabTraces -update-traces):
+// with the programs' symbols and libc's (host: libc6-dbg; aarch64, arm:
+// .dynsym), and without any.
+func TestLabTraces(t *testing.T) {
+	if !*updateTraces {
+		t.Skip("-update-traces rewrites host/signature/testdata/traces.json")
+	}
+	var out []labTrace
+	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
+		for _, rel := range labReleases {
+			for _, s := range labScenarios {
+				prog := "crash"
+				if s == "throw" {
+					prog = "crashxx"
+				}
+				v := rel.variant
+				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
+					v = "gcc-mold-default-dynamic"
+				}
+				r, b := labReport(t, labCrash{arch, v, prog, s})
+				for _, symbols := range []bool{true, false} {
+					dir := t.TempDir()
+					if symbols {
+						addSymbols(t, dir, r, b)
+					}
+					c := open(t, dir, Options{DebugDirs: []string{"/usr/lib/debug"}})
+					if !symbols {
+						c = open(t, dir, Options{})
+					}
+					_, frames := c.symbolize(r)
+					for i := range frames {
+						// The paths of the host's cache mean nothing
+						// elsewhere: keep the base names.
+						if frames[i].Module != "" {
+							frames[i].Module = "/usr/bin/" + filepath.Base(frames[i].Module)
+						}
+					}
+					if len(frames) > 24 {
+						frames = frames[:24] // the recursion's first frames suffice
+					}
+					name := v
+					if !symbols {
+						name += "-nosymbols"
+					}
+					out = append(out, labTrace{arch, name, s, frames})
+					c.Close()
+				}
+			}
+		}
+	}
+	// One trace a line: a diff shows which crash changed.
+	js := []byte("[\n")
+	for i, tr := range out {
+		b, err := json.Marshal(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, b...)
+		if i < len(out)-1 {
+			js = append(js, ',')
+		}
+		js = append(js, '\n')
+	}
+	js = append(js, ']')
+	dst := filepath.Join("..", "signature", "testdata", "traces.json")
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	if err := os.WriteFile(dst, append(js, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // labScenario is each lab report's scenario, by report id.
 var labScenario = map[string]string{}
 
@@ -117,20 +348,25 @@ var labReleases = []labRelease{
 }
 
 // labFleet is the lab's reports: every scenario crashed on x86_64 (host
-// kernel cores), aarch64 and arm (qemu-user cores), in both releases,
-// each crash reported by several boards. bug names each report's bug.
+// kernel cores), aarch64 and arm (qemu-user cores) and riscv64 (kernel
+// cores from the QEMU lab), in both releases, each crash reported by
+// several boards. bug names each report's bug.
 func labFleet(t *testing.T) (reports [][]byte, bug map[string]string, bins []fixture.Binary, reps []*report.Report) {
 	t.Helper()
 	bug = map[string]string{}
 	n := 0
-	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
+	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		for _, rel := range labReleases {
 			for _, s := range labScenarios {
 				prog := "crash"
 				if s == "throw" {
 					prog = "crashxx"
 				}
-				r, b := labReport(t, labCrash{arch, rel.variant, prog, s})
+				v := rel.variant
+				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
+					v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
+				}
+				r, b := labReport(t, labCrash{arch, v, prog, s})
 				bins = append(bins, b)
 				reps = append(reps, r)
 				for d := 0; d < rel.devices; d++ {
@@ -158,8 +394,8 @@ func labFleet(t *testing.T) (reports [][]byte, bug map[string]string, bins []fix
 	return reports, bug, bins, reps
 }
 
-// TestLabGrouping: 231 real reports of 7 bugs (by the default rules)
-// from 3 architectures and 2 releases built by different toolchains.
+// TestLabGrouping: 308 real reports of 7 bugs (by the default rules)
+// from 4 architectures and 2 releases built by different toolchains.
 // Half arrive before any symbols: they group by module+offset. Then the
 // programs' symbols arrive in DIR/symbols (as unwound symbols add lays
 // them out), the generation file changes, and the unsymbolized groups
@@ -313,4 +549,91 @@ func TestLabGroupingProjectRules(t *testing.T) {
 	if gs, _ := c.Groups(Filter{}); len(gs) != 9 {
 		t.Fatalf("%d groups, want 9", len(gs))
 	}
+}
+
+// Symbols for one build only: a group whose reports split moves them one
+// by one, each with its counts and facets, and keeps the rest.
+func TestRegroupSplit(t *testing.T) {
+	b := fixture.Binary{Arch: "x86_64", Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, "x86_64")}
+	ef, err := elf.Open(b.Unstripped())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, _ := ef.Symbols()
+	id := buildID(t, ef)
+	ef.Close()
+	var nullWrite uint64
+	for _, s := range syms {
+		if s.Name == "null_write" {
+			nullWrite = s.Value
+		}
+	}
+	if nullWrite == 0 || id == "" {
+		t.Fatal("no null_write or no build id")
+	}
+	dir := t.TempDir()
+	c := open(t, dir, Options{})
+	// Two builds of /usr/bin/crash crash at the same file offset: one
+	// group by module+offset until symbols say otherwise.
+	for i, bid := range []string{id, "00" + id[2:]} {
+		f := fake{id: 100 + i, device: fmt.Sprintf("b%d", i), exe: "/usr/bin/crash", signal: 11, offset: nullWrite}
+		js := f.encode(t)
+		raw, _ := decode.JSON(js)
+		raw = []byte(strings.Replace(string(raw), "00112233445566778899aabbccddeeff00112233", bid, 1))
+		if _, stored, inv, err := c.Put(raw, ""); !stored || inv != nil || err != nil {
+			t.Fatal(stored, inv, err)
+		}
+	}
+	gs, _ := c.Groups(Filter{})
+	if len(gs) != 1 || gs[0].Count != 2 {
+		t.Fatalf("before: %+v", gs)
+	}
+	old := gs[0].ID
+	dst := filepath.Join(dir, SymbolsDir, ".build-id", id[:2], id[2:]+".debug")
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	data, _ := os.ReadFile(b.Unstripped())
+	os.WriteFile(dst, data, 0o644)
+	res, err := c.resymbolize(c.available())
+	if err != nil || res.Reports != 1 || res.Regrouped != 1 || len(res.Merged) != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	gs, _ = c.Groups(Filter{})
+	if len(gs) != 2 {
+		t.Fatalf("after: %+v", gs)
+	}
+	for _, g := range gs {
+		d, _ := c.Group(g.ID)
+		want := "b0"
+		if g.ID == old {
+			want = "b1"
+		} else if g.Signature != "null_write" {
+			t.Errorf("moved to %q", g.Signature)
+		}
+		if g.Count != 1 || g.Kept != 1 || g.Boards != 1 || d.Devices[0].Value != want || len(d.Days) != 1 {
+			t.Errorf("group %s %q: %+v %+v", g.ID, g.Signature, g, d.Devices)
+		}
+	}
+}
+
+func buildID(t *testing.T, ef *elf.File) string {
+	t.Helper()
+	s := ef.Section(".note.gnu.build-id")
+	if s == nil {
+		return ""
+	}
+	b, err := s.Data()
+	if err != nil || len(b) < 16 {
+		return ""
+	}
+	return fmt.Sprintf("%x", b[16:])
+}
+
+// TestMain removes the riscv64 guest's file tree that the lab tests
+// share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if riscvCores.root != "" {
+		os.RemoveAll(riscvCores.root)
+	}
+	os.Exit(code)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -34,6 +33,10 @@ type Reader interface {
 	Report(id string) (*ReportDetail, error)
 	// Releases lists the releases seen, oldest first.
 	Releases() ([]ReleaseInfo, error)
+	// Values lists every value of a facet across the groups (program,
+	// device, kernel, arch, release, attr:KEY), most reports first: the
+	// choices of a filter.
+	Values(facet string) ([]Facet, error)
 	// Resymbolize symbolizes again the reports whose frames lacked
 	// symbols, with the symbols there are now, and regroups them.
 	Resymbolize() (ResymbolizeResult, error)
@@ -46,7 +49,7 @@ var _ Reader = (*Collector)(nil)
 // program (its path, or its base name) or device.
 type Filter struct {
 	Since   time.Time // last seen at or after
-	Release string    // a release label (Release.Label), or "unknown"
+	Release string    // a release label (Release.Label), its version alone, or "unknown"
 	Program string
 	Device  string
 	Signal  int    // a signal number
@@ -141,7 +144,7 @@ type ReleaseInfo struct {
 	LastSeen  time.Time `json:"last_seen"`
 }
 
-func unix(s int64) time.Time { return time.Unix(s, 0).UTC() }
+func fromUnix(s int64) time.Time { return time.Unix(s, 0).UTC() }
 
 // groupsOrder are the orders Groups knows, as SQL.
 var groupsOrder = map[string]string{
@@ -161,7 +164,8 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 	}
 	var where []string
 	var args []any
-	where = append(where, "g.merged_into IS NULL")
+	// A group whose every report moved elsewhere by regrouping is empty.
+	where = append(where, "g.merged_into IS NULL", "g.count > 0")
 	if !f.Since.IsZero() {
 		where = append(where, "g.last_seen >= ?")
 		args = append(args, f.Since.Unix())
@@ -171,11 +175,14 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 		args = append(args, f.Signal)
 	}
 	has := func(facet, value string) {
-		where = append(where, "EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = ? AND x.value = ?)")
+		where = append(where, "EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = ? AND x.value = ? AND x.count > 0)")
 		args = append(args, facet, value)
 	}
 	if f.Release != "" {
-		has("release", f.Release)
+		// A label ("gateway 2.4.1") or its version alone ("2.4.1").
+		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'release' AND x.count > 0
+			AND (x.value = ? OR x.value LIKE '% ' || ? ESCAPE '\'))`)
+		args = append(args, f.Release, likeEscape(f.Release))
 	}
 	if f.Device != "" {
 		has("device", f.Device)
@@ -183,7 +190,7 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 	if f.Program != "" {
 		// A path names one program; a base name every program of that
 		// name.
-		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'program'
+		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'program' AND x.count > 0
 			AND (x.value = ? OR x.value LIKE '%/' || ? ESCAPE '\'))`)
 		args = append(args, f.Program, likeEscape(f.Program))
 	}
@@ -206,7 +213,7 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 			rows.Close()
 			return nil, err
 		}
-		g.FirstSeen, g.LastSeen = unix(first), unix(last)
+		g.FirstSeen, g.LastSeen = fromUnix(first), fromUnix(last)
 		g.SignalName = report.SignalName(g.Signal)
 		out = append(out, g)
 	}
@@ -280,7 +287,7 @@ func (c *Collector) facets(group, facet, order string) ([]Facet, error) {
 		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
 			return nil, err
 		}
-		f.FirstSeen, f.LastSeen = unix(first), unix(last)
+		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -321,7 +328,7 @@ func (c *Collector) Group(id string) (*GroupDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.FirstSeen, g.LastSeen = unix(first), unix(last)
+	g.FirstSeen, g.LastSeen = fromUnix(first), fromUnix(last)
 	g.SignalName = report.SignalName(g.Signal)
 	newest, err := c.newestRelease()
 	if err != nil {
@@ -383,7 +390,7 @@ func scanInfo(sc interface{ Scan(...any) error }) (ReportInfo, error) {
 	var ri ReportInfo
 	var rec, seen int64
 	err := sc.Scan(&ri.ID, &rec, &seen, &ri.Device, &ri.Program, &ri.Arch, &ri.Kernel, &ri.Signal, &ri.Release, &ri.Group, &ri.Signature, &ri.Missing, &ri.Size)
-	ri.Received, ri.Seen = unix(rec), unix(seen)
+	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
 	ri.SignalName = report.SignalName(ri.Signal)
 	return ri, err
 }
@@ -447,7 +454,7 @@ func (c *Collector) Report(id string) (*ReportDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	ri.Received, ri.Seen = unix(rec), unix(seen)
+	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
 	ri.SignalName = report.SignalName(ri.Signal)
 	d := &ReportDetail{ReportInfo: ri}
 	json.Unmarshal([]byte(relJSON), &d.ReleaseInfo)
@@ -557,8 +564,29 @@ func (c *Collector) Releases() ([]ReleaseInfo, error) {
 		if err := rows.Scan(&r.Label, &r.Reports, &r.Groups, &first, &last); err != nil {
 			return nil, err
 		}
-		r.FirstSeen, r.LastSeen = unix(first), unix(last)
+		r.FirstSeen, r.LastSeen = fromUnix(first), fromUnix(last)
 		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Values lists every value of a facet across the groups.
+func (c *Collector) Values(facet string) ([]Facet, error) {
+	rows, err := c.db.Query(`SELECT value, sum(count), min(first_seen), max(last_seen) FROM facets
+		WHERE facet = ? AND count > 0 GROUP BY value ORDER BY sum(count) DESC, value`, facet)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Facet{}
+	for rows.Next() {
+		var f Facet
+		var first, last int64
+		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
+			return nil, err
+		}
+		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
+		out = append(out, f)
 	}
 	return out, rows.Err()
 }
@@ -577,11 +605,8 @@ func (c *Collector) List() ([]receive.Stored, error) {
 		if err := rows.Scan(&s.ID, &s.Size, &rec); err != nil {
 			return nil, err
 		}
-		s.Received = unix(rec)
+		s.Received = fromUnix(rec)
 		out = append(out, s)
 	}
 	return out, rows.Err()
 }
-
-// programBase is a program's base name, what coredumpctl shows.
-func programBase(p string) string { return path.Base(p) }

@@ -134,11 +134,11 @@ func (r *Rules) Extend(other *Rules) *Rules {
 
 // Frame is what a signature needs of one frame.
 type Frame struct {
-	Function string // the symbolized function (demangled), "" when unknown
-	Module   string // the module's path, "" when the PC is in none
-	Offset   uint64 // the PC's file address in the module
-	PC       uint64
-	Withheld bool // the handler withheld a wild PC
+	Function string `json:"function,omitempty"` // the symbolized function (demangled), "" when unknown
+	Module   string `json:"module,omitempty"`   // the module's path, "" when the PC is in none
+	Offset   uint64 `json:"offset,omitempty"`   // the PC's file address in the module
+	PC       uint64 `json:"pc,omitempty"`
+	Withheld bool   `json:"withheld,omitempty"` // the handler withheld a wild PC
 }
 
 // Signature is a crash's name.
@@ -192,9 +192,9 @@ func (r *Rules) Of(frames []Frame) Signature {
 			continue // libc.so.6 | libc.so.6: one library, said once
 		}
 		parts = append(parts, name)
-		// A PC outside every module can have no symbol; a system frame
-		// without one may turn out to be a skip frame when it gets one.
-		sym = sym && (has || f.Module == "")
+		// A system frame is named by its library either way, and no
+		// symbol can name a PC outside every module.
+		sym = sym && (has || sys || f.Module == "")
 		if !sys && !matchAny(r.Prefix, name) || len(parts) == MaxFrames {
 			break
 		}
