@@ -73,6 +73,7 @@ unit:
 # architecture; then the build and tests again with the oldest Go we support.
 test: deps vet cross
 	$(GO) test -timeout 80m ./...
+	cd host/webtest && $(GO) vet ./... && $(GO) test ./...
 	$(MAKE) test-go122
 
 test-go122:

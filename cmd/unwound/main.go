@@ -3,7 +3,7 @@
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
 //	unwound receive --port DEV [--baud N] (--out DIR | --dir DIR | --collector URL) [--follow] [--count N] [--idle D]
-//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--read-token T] [--tls-cert F --tls-key F [--client-ca F]]
 //	unwound crashes list|show|reports|resymbolize (--dir DIR | --url URL) ...
 //	unwound extract [--out DIR] [FILE] < console.log
 //	unwound symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
@@ -89,11 +89,12 @@ commands:
                                         pull reports over a serial line until the board's queue
                                         is empty (--follow: keep listening); reopens DEV if it goes away;
                                         files in --out, and/or into a collector (its --dir, or its URL)
-  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
-        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N] [--rules F]
+  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--read-token T] [--tls-cert F --tls-key F [--client-ca F]]
+        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N]
                                         the fleet's collector: receive reports over HTTP(S) into
                                         DIR/unwound.db, symbolized and grouped; GET /reports lists
-                                        them, /api/ serves the groups (docs/collector.md)
+                                        them, /api/ serves the groups (docs/collector.md), / is the
+                                        page for a browser (docs/collector-page.md)
   crashes list [--since T] [--release R] [--program P] [--device D] [--signal S] [--json]
   crashes show GROUP|REPORT [--json]
   crashes reports GROUP [--json]
