@@ -73,6 +73,7 @@ unit:
 # architecture; then the build and tests again with the oldest Go we support.
 test: deps vet cross
 	$(GO) test -timeout 80m ./...
+	cd host/webtest && $(GO) vet ./... && $(GO) test ./...
 	$(MAKE) test-go122
 
 test-go122:
@@ -90,15 +91,16 @@ bench-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -run '^$$' -bench CrashToReap -benchtime 3x ./handler
 
 # Opt-in, root: installs the built handler as the host's core_pattern,
-# crashes the x86_64 fixtures and compares with gdb; restores the pattern on
-# every exit path.
+# crashes the x86_64 fixtures and compares with gdb, and on a 6.16+ kernel
+# crashes a program under a --pidfd=%F line (TestHostPidfd); restores the
+# pattern on every exit path.
 test-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -count=1 -run TestHost -v ./handler/...
 
 demo: deps
 	$(GO) run ./qemu/cmd/demo
 
-# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none
+# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none CORE_PATTERN_PIDFD=off|on
 # Board binaries (built here, static, for GOOS/GOARCH, or copied from
 # PREBUILT=dir when a build system compiled them), the configuration, the
 # queue directory (0700), and what points kernel.core_pattern at the handler
@@ -110,6 +112,10 @@ demo: deps
 INIT            ?= none
 INITSCRIPT      ?= unwound
 CORE_PIPE_LIMIT ?= 4
+# on: the core_pattern line asks for the crashed process's pidfd (%F), for
+# boards whose kernel is 6.16 or later (docs/kernel-modes.md); a kernel
+# before 6.16 passes an empty --pidfd= and the handler runs as without.
+CORE_PATTERN_PIDFD ?= off
 PREBUILT        ?=
 BINDIR          := $(PREFIX)/bin
 CONFIG          := $(SYSCONFDIR)/unwound/unwound.toml
@@ -142,7 +148,7 @@ install:
 		echo "make install: HOST_GO=$(HOST_GO) builds for $$1/$$2, not for this build host ($$3/$$4), so the core_pattern generator could not run here." >&2; \
 		echo "  A cross-compiling wrapper that sets GOARCH itself (such as oe-core's <target>-go) cannot be HOST_GO: set HOST_GO to the build host's go (in a Yocto recipe, HOST_GO=\$${STAGING_BINDIR_NATIVE}/go)." >&2; exit 1; }
 	$(HOST_GO_ENV) $(HOST_GO) build -o $(INSTALL_WORK)/corepattern ./packaging/corepattern
-	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
+	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) -pidfd $(CORE_PATTERN_PIDFD) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
 	case $$rc in \
 	0) ;; \
 	3) echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1;; \
@@ -161,7 +167,7 @@ endif
 ifneq ($(INIT),none)
 	{ echo '# unwound: crash reports from unwound-handler (make install INIT=$(INIT)).'; \
 	  echo '# Sorts after systemd'"'"'s 50-coredump.conf, so this core_pattern wins.'; \
-	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --core-pattern` prints.'; \
+	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --pidfd $(CORE_PATTERN_PIDFD) --core-pattern` prints.'; \
 	  echo "kernel.core_pattern = $$(cat $(INSTALL_WORK)/core_pattern)"; \
 	  echo '# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to'; \
 	  echo '# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.'; \
@@ -190,6 +196,9 @@ endif
 # make dist [VERSION=x.y] [DISTDIR=dist]: $(DISTDIR)/unwound-$(VERSION).tar.gz, the source tree
 # (tracked files as they are in the work tree) with vendor/, so it builds with
 # -mod=vendor and no network (what the Yocto and Buildroot packages use).
+# The fleet collector is left out (scripts/dist-prune.sh): its SQLite would
+# be 95% of the tarball, and the build systems build the board binaries and
+# the build-host tools only.
 # Reproducible: sorted, owner 0, mtime of the last commit, gzip -n.
 DIST_NAME := unwound-$(VERSION)
 DISTDIR   ?= dist
@@ -200,7 +209,8 @@ dist:
 	mkdir -p build/dist $(DISTDIR)
 	tree=$$(git stash create); git archive --format=tar --prefix=$(DIST_NAME)/ $${tree:-HEAD} | tar -x -C build/dist
 	echo '$(VERSION)' > build/dist/$(DIST_NAME)/VERSION
-	$(GO) mod vendor -o build/dist/$(DIST_NAME)/vendor
+	scripts/dist-prune.sh build/dist/$(DIST_NAME)
+	cd build/dist/$(DIST_NAME) && $(GO) mod vendor
 	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct) \
 		-C build/dist -cf - $(DIST_NAME) | gzip -n -9 > $(DISTDIR)/$(DIST_NAME).tar.gz
 	rm -rf build/dist/$(DIST_NAME)

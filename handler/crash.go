@@ -66,6 +66,12 @@ type kernelRun struct {
 	supervisor bool
 
 	inject inject // test builds only (tag unwoundfault): make the child die
+
+	// pidfd is the crashed process's pidfd (%F, pidfd.go), nil without
+	// one. noProc is set once it showed /proc/<pid> to be another process
+	// (or none): from then on nothing is read there.
+	pidfd  *pidfd
+	noProc bool
 }
 
 func newCrash(cfg *config.Config, lg *Logger, start time.Time) *crash {

@@ -55,8 +55,18 @@ func installCorePattern(t testing.TB, line string) {
 }
 
 // hostHandler is unwound-handler and a config for it in dir.
+// The handler is copied into dir: the line with the temporary paths must
+// fit the kernel's 127 characters (with --pidfd=%F too), so dir should be
+// short (os.MkdirTemp("", "uw")).
 func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
-	bin = handlerBinary(t, "")
+	b, err := os.ReadFile(handlerBinary(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, "unwound-handler")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	qdir = filepath.Join(dir, "queue")
 	saveDir = filepath.Join(dir, "cores")
 	os.Mkdir(qdir, 0o700)
@@ -84,16 +94,17 @@ func TestHost(t *testing.T) {
 		t.Skip("needs root on an x86_64 host")
 	}
 	fx := fixture.Build(t, "x86_64")
-	dir, err := os.MkdirTemp("", "unwound-host-")
+	dir, err := os.MkdirTemp("", "uw")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 	bin, cfg, qdir, saveDir := hostHandler(t, dir)
-	line, err := exec.Command(bin, "--config", cfg, "--core-pattern").Output()
+	line, err := exec.Command(bin, "--config", cfg, "--core-pattern").CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v: %s", err, line)
 	}
+	t.Logf("core_pattern: %s", line)
 	installCorePattern(t, strings.TrimSpace(string(line)))
 	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {

@@ -25,6 +25,9 @@ type KernelOptions struct {
 	// ProcSys is where the kernel's crash settings are checked for drift
 	// (default /proc/sys).
 	ProcSys string
+	// Pidfd is the --pidfd argument: the number %F expanded to (the fd
+	// the kernel installed the crashed process's pidfd as), "" without.
+	Pidfd string
 	// Self is the handler's own binary: when set and handler.supervise is
 	// on, the unwinding runs in a child of it (supervise.go).
 	Self string
@@ -39,6 +42,7 @@ func RunKernel(o KernelOptions) int {
 	c, ka, deadline, stop := startKernel(lg, o.ConfigPath, o.Args, time.Now(), false)
 	defer stop()
 	cfg, pol := c.cfg, c.policy
+	c.pidfd = kernelPidfd(lg, o.Pidfd, ka.PID)
 	if cfg.Handler.HonorRlimit && ka.RlimitCore == 0 && len(o.Args) > 5 {
 		lg.Infof("pid %d (%s): RLIMIT_CORE is 0, not reporting (handler.honor_rlimit_core)", ka.PID, ka.Comm)
 		o.Stdin.Close()
@@ -174,7 +178,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 	}
 
 	module.SetIODeadline(deadline)
-	otherMountNS := c.pid > 0 && namespaceDiffers(c.pid, "mnt")
+	otherMountNS := c.procOK() && namespaceDiffers(c.pid, "mnt")
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
@@ -182,11 +186,17 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 		// (map_files: a container's files, not the handler's at the same
 		// paths); once it is released /proc/<pid> goes away.
 		mods := module.Group(fileMaps(core))
-		pre := c.preopen(mods)
+		var pre []module.Source
+		if !c.noProc {
+			pre = []module.Source{c.preopen(mods)}
+		}
+		if !c.procOK() {
+			pre = nil // files of another process
+		}
 		c.collect(stream)
 		release() // the stacks are in hand: let the kernel finish
 		c.mods = mods
-		c.sources = append([]module.Source{pre}, module.ProcSources(c.pid)...)
+		c.sources = append(pre, c.procSources()...)
 		if !otherMountNS {
 			// /proc/<pid> unusable (the process is gone): its files are
 			// taken from the handler's own root, unless it was seen in

@@ -19,6 +19,12 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if !c.cfg.Handler.Live {
 		return errors.New("handler.live is off")
 	}
+	// With a pidfd, /proc/<pid> is checked to be the crashed process
+	// before the first read and after the last: alive at both, the pid
+	// was never free for another process in between.
+	if !c.procOK() {
+		return errors.New("/proc/<pid> is not the crashed process")
+	}
 	maps, err := procMaps(c.pid)
 	if err != nil {
 		return err
@@ -32,25 +38,37 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if err != nil {
 		return err
 	}
+	seen := c.processPaths(maps)
+	mods := module.Group(maps)
+	pre := c.preopen(mods)
+	names := map[int]string{}
+	for _, t := range c.core.Threads {
+		names[t.TID] = threadName(c.pid, t.TID)
+	}
+	exe, exeErr := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid))
+	var cmdline []string
+	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
+		cmdline = procCmdline(c.pid)
+	}
+	if !c.procOK() {
+		return errors.New("/proc/<pid> is not the crashed process")
+	}
 	c.mode = "live"
 	sm := &snapMem{snap: snap, live: mem}
 	c.mem = sm
-	seen := c.processPaths(maps)
-	c.mods = module.Group(maps)
-	c.sources = []module.Source{c.preopen(c.mods)}
+	c.mods = mods
+	c.sources = []module.Source{pre}
 	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
-	for _, t := range c.core.Threads {
-		c.names[t.TID] = threadName(c.pid, t.TID)
+	for tid, n := range names {
+		c.names[tid] = n
 	}
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid)); err == nil {
+	if exeErr == nil {
 		if p, ok := seen[exe]; ok {
 			exe = p
 		}
 		c.exe = exe
 	}
-	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
-		c.cmdline = procCmdline(c.pid)
-	}
+	c.cmdline = cmdline
 	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())
 	if freeze.After(deadline) {
 		freeze = deadline

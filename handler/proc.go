@@ -44,7 +44,7 @@ func (c *crash) preopen(mods []*module.Module) module.Source {
 	pre := map[*module.Module]opened{}
 	for _, m := range mods {
 		var errs []string
-		for _, src := range module.ProcSources(c.pid) {
+		for _, src := range c.procSources() {
 			r, cl, err := src(m)
 			if err == nil {
 				pre[m] = opened{r: r}
@@ -69,13 +69,57 @@ func (c *crash) preopen(mods []*module.Module) module.Source {
 	}
 }
 
+// procOK says whether /proc/<pid> may be read, and whether what was read
+// there since the last call came from the crashed process. Without a
+// pidfd that is taken on trust, as before %F; with one, a process that is
+// gone (its pid free for reuse) ends all reading of /proc/<pid>, and the
+// report says why.
+func (c *crash) procOK() bool {
+	if c.noProc || c.pid <= 0 {
+		return false
+	}
+	if c.pidfd == nil {
+		return true
+	}
+	if err := c.pidfd.same(); err != nil {
+		c.noProc = true
+		c.errorf("/proc/%d is no longer the crashed process (%v): nothing read there is used, only the core stream", c.pid, err)
+		return false
+	}
+	return true
+}
+
+// procSources are module.ProcSources for the crashed process; with a
+// pidfd, each file opened is checked to be the crashed process's.
+func (c *crash) procSources() []module.Source {
+	if c.noProc {
+		return nil
+	}
+	srcs := module.ProcSources(c.pid)
+	if c.pidfd == nil {
+		return srcs
+	}
+	for i, src := range srcs {
+		src := src
+		srcs[i] = func(m *module.Module) (io.ReaderAt, io.Closer, error) {
+			r, cl, err := src(m)
+			if err == nil && c.pidfd.same() != nil {
+				cl.Close()
+				return nil, nil, fmt.Errorf("/proc/%d is no longer the crashed process", c.pid)
+			}
+			return r, cl, err
+		}
+	}
+	return srcs
+}
+
 // globalTIDs rewrites the core's thread ids into the handler's pid
 // namespace. The kernel writes each thread's id in the crashed process's
 // own namespace (a container's 1, 2, …) while %P and %I are global: the
 // report's ids must all be one kind, and /proc/<pid>/task/<tid> takes the
 // global ones. /proc/<pid>/task/*/status has both (NSpid: global … own).
 func (c *crash) globalTIDs() {
-	if c.core == nil || c.pid <= 0 || !namespaceDiffers(c.pid, "pid") {
+	if c.core == nil || c.pid <= 0 || !c.procOK() || !namespaceDiffers(c.pid, "pid") {
 		return
 	}
 	dir := fmt.Sprintf("/proc/%d/task", c.pid)
@@ -94,6 +138,9 @@ func (c *crash) globalTIDs() {
 				toGlobal[own] = g
 			}
 		}
+	}
+	if !c.procOK() {
+		return
 	}
 	for i, t := range c.core.Threads {
 		if g, ok := toGlobal[t.TID]; ok {

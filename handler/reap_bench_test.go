@@ -50,7 +50,7 @@ func BenchmarkCrashToReap(b *testing.B) {
 	if os.Getenv("UNWOUND_TEST_HOST") != "1" || os.Geteuid() != 0 {
 		b.Skip("opt-in: UNWOUND_TEST_HOST=1 as root (replaces core_pattern, restores it)")
 	}
-	dir, _ := os.MkdirTemp("", "unwound-reap-")
+	dir, _ := os.MkdirTemp("", "uw")
 	defer os.RemoveAll(dir)
 	src, bin := filepath.Join(dir, "big.c"), filepath.Join(dir, "big")
 	os.WriteFile(src, []byte(bigSrc), 0o644)

@@ -199,13 +199,27 @@ func TestBadModulesAreReported(t *testing.T) {
 // The installed binary prints the core_pattern line with its own path.
 func TestCorePatternFlag(t *testing.T) {
 	bin := handlerBinary(t, "")
-	out, err := exec.Command(bin, "--config", "/etc/unwound/unwound.toml", "--core-pattern").Output()
-	if err != nil {
-		t.Fatal(err)
+	without := "|" + bin + " --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers + "\n"
+	with := "|" + bin + " --config /etc/unwound/unwound.toml " + sysctl.PidfdArg + " " + sysctl.PatternSpecifiers + "\n"
+	auto := without
+	if sysctl.PidfdSupported(sysctl.KernelRelease()) {
+		auto = with
 	}
-	want := "|" + bin + " --config /etc/unwound/unwound.toml " + sysctl.PatternSpecifiers + "\n"
-	if string(out) != want {
-		t.Errorf("got %q, want %q", out, want)
+	for _, tc := range []struct{ mode, want string }{{"", auto}, {"auto", auto}, {"on", with}, {"off", without}} {
+		args := []string{"--config", "/etc/unwound/unwound.toml", "--core-pattern"}
+		if tc.mode != "" {
+			args = append([]string{"--pidfd", tc.mode}, args...)
+		}
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != tc.want {
+			t.Errorf("--pidfd %q: got %q, want %q", tc.mode, out, tc.want)
+		}
+	}
+	if err := exec.Command(bin, "--pidfd", "maybe", "--core-pattern").Run(); err == nil {
+		t.Errorf("--pidfd maybe --core-pattern succeeded")
 	}
 	_ = strconv.Itoa
 }

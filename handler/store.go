@@ -64,8 +64,12 @@ func (c *crash) store(r *report.Report) int {
 	if ct != nil {
 		frames = len(ct.Frames)
 	}
-	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode, frozen %d ms, %d ms total",
-		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, r.Handler.FrozenMS, r.Handler.DurationMS)
+	via := ""
+	if c.pidfd != nil {
+		via = " (pidfd)" // /proc/<pid> checked through the pidfd
+	}
+	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode%s, frozen %d ms, %d ms total",
+		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, via, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
 }
 

@@ -151,6 +151,7 @@ type child struct {
 	statusR *os.File // fd 4's other end
 	stderr  *headWriter
 	done    chan waitResult
+	pidf    *os.File // the crashed process's pidfd, kept open for the child
 }
 
 // waitResult is how the child ended, once its stderr is drained.
@@ -187,8 +188,14 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan waitResult, 1)}
 	// os.StartProcess rather than os/exec: the same fork and exec without
 	// linking os/exec's path lookup and I/O plumbing into the handler.
+	files := []*os.File{c.stdin, null, errW, hand, status}
+	if c.pidfd != nil {
+		// The pidfd goes on as ChildPidfd; the child checks it again.
+		ch.pidf = os.NewFile(uintptr(c.pidfd.fd), "pidfd")
+		files = append(files, ch.pidf)
+	}
 	ch.proc, err = os.StartProcess(o.Self, append([]string{o.Self, ChildFlag, o.ConfigPath}, o.Args...), &os.ProcAttr{
-		Files: []*os.File{c.stdin, null, errW, hand, status},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	closeAll(hand, status, null, errW)
@@ -333,6 +340,7 @@ func RunChild(o ChildOptions) int {
 	c.drift = func() { LogDrift(lg, "", o.Args[0], c.cfg.RateLimit.MaxConcurrent) }
 	c.inject = childInject()
 	c.parent = os.Getppid()
+	c.pidfd = childPidfd(c.pid)
 	rc := c.run(o.Stdin, br, deadline)
 	o.Status.Write([]byte("stored\n"))
 	return rc

@@ -131,10 +131,10 @@ func sysctlConf(t *testing.T, path string) map[string]string {
 
 // handlerPattern runs the installed handler as the board would and strips
 // the DESTDIR it runs from.
-func handlerPattern(t *testing.T, destdir, prefix, sysconfdir string) string {
+func handlerPattern(t *testing.T, destdir, prefix, sysconfdir, pidfd string) string {
 	t.Helper()
 	exe := filepath.Join(destdir, prefix, "bin", "unwound-handler")
-	out, err := exec.Command(exe, "--config", sysconfdir+"/unwound/unwound.toml", "--core-pattern").Output()
+	out, err := exec.Command(exe, "--config", sysconfdir+"/unwound/unwound.toml", "--pidfd", pidfd, "--core-pattern").Output()
 	if err != nil {
 		t.Fatalf("%s --core-pattern: %v", exe, err)
 	}
@@ -155,8 +155,13 @@ func TestInstall(t *testing.T) {
 	for _, init := range []string{"systemd", "sysvinit", "none"} {
 		t.Run(init, func(t *testing.T) {
 			dest := shortTemp(t)
+			// sysvinit's image asks for the pidfd (%F), systemd's not.
+			pidfd := "off"
+			if init == "sysvinit" {
+				pidfd = "on"
+			}
 			out, err := makeIn(t, root, nil, "install", "DESTDIR="+dest, "PREFIX=/usr", "SYSCONFDIR=/etc",
-				"QUEUE_DIR=/var/lib/unwound/queue", "INIT="+init)
+				"QUEUE_DIR=/var/lib/unwound/queue", "INIT="+init, "CORE_PATTERN_PIDFD="+pidfd)
 			if err != nil {
 				t.Fatalf("make install INIT=%s: %v\n%s", init, err, out)
 			}
@@ -178,7 +183,10 @@ func TestInstall(t *testing.T) {
 				conf = filepath.Join(dest, "etc/sysctl.d/60-unwound.conf")
 			}
 			kv := sysctlConf(t, conf)
-			pattern := handlerPattern(t, dest, "/usr", "/etc")
+			pattern := handlerPattern(t, dest, "/usr", "/etc", pidfd)
+			if strings.Contains(pattern, "%F") != (pidfd == "on") {
+				t.Errorf("CORE_PATTERN_PIDFD=%s: core_pattern %q", pidfd, pattern)
+			}
 			if kv["kernel.core_pattern"] != pattern {
 				t.Errorf("60-unwound.conf core_pattern\n %q\nthe installed handler prints\n %q", kv["kernel.core_pattern"], pattern)
 			}
@@ -383,7 +391,7 @@ func TestDist(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(ver)) != "unwound-handler 9.8.7-test" {
 		t.Errorf("installed handler --version = %q, %v", ver, err)
 	}
-	if kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf")); kv["kernel.core_pattern"] != handlerPattern(t, dest, "/usr", "/etc") {
+	if kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf")); kv["kernel.core_pattern"] != handlerPattern(t, dest, "/usr", "/etc", "off") {
 		t.Errorf("core_pattern from the tarball's install: %q", kv["kernel.core_pattern"])
 	}
 }
@@ -572,3 +580,33 @@ func distTree(t *testing.T) string {
 }
 
 var distDir string
+
+// The release tarball carries the board binaries and the build-host tools,
+// not the fleet collector and its SQLite (scripts/dist-prune.sh): its
+// vendor/ holds no modernc.org module, everything in it builds offline,
+// and the unwound built from it runs minidebuginfo and answers serve with
+// an error that says what is missing.
+func TestDistLeavesCollectorOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("make dist and a build: not in -short")
+	}
+	top := distTree(t)
+	if _, err := os.Stat(filepath.Join(top, "vendor", "modernc.org")); err == nil {
+		t.Error("vendor/ holds modernc.org: the collector's SQLite is in the tarball")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/...")
+	build.Dir = top
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=vendor", "GOPROXY=off", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/... in the tarball: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(bin, "unwound"), "serve", "--dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "without the fleet collector") {
+		t.Errorf("unwound serve from the tarball: %v\n%s", err, out)
+	}
+	out, _ = exec.Command(filepath.Join(bin, "unwound"), "minidebuginfo").CombinedOutput()
+	if !strings.Contains(string(out), "usage: unwound minidebuginfo") {
+		t.Errorf("unwound minidebuginfo from the tarball:\n%s", out)
+	}
+}

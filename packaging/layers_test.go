@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
@@ -21,42 +20,19 @@ import (
 // The Yocto layer and the Buildroot tree cannot be built here (no bitbake,
 // no Buildroot); these tests lint what can be checked without them: the
 // variables each system reads, the files they name, the make install
-// variables they pass, and the licence checksums against a fresh
-// `go mod vendor`, the same tree `make dist` puts in the release tarball.
+// variables they pass, and the licence checksums against the vendor/ of
+// the release tree `make dist` builds.
 
-var (
-	vendorOnce sync.Once
-	vendorDir  string
-	vendorErr  error
-)
-
-// freshVendor runs `go mod vendor` into a temporary directory once per run.
+// freshVendor is the vendor/ of the release tree make dist builds (the
+// fleet collector left out, scripts/dist-prune.sh): what the Yocto and
+// Buildroot packages unpack, and whose licences they declare.
 func freshVendor(t *testing.T) string {
 	t.Helper()
-	vendorOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "unwound-vendor")
-		if err != nil {
-			vendorErr = err
-			return
-		}
-		vendorDir = filepath.Join(dir, "vendor")
-		cmd := exec.Command("go", "mod", "vendor", "-o", vendorDir)
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			vendorErr = &exec.ExitError{Stderr: out}
-		}
-	})
-	if vendorErr != nil {
-		t.Fatalf("go mod vendor: %v %s", vendorErr, vendorErr.(*exec.ExitError).Stderr)
-	}
-	return vendorDir
+	return filepath.Join(distTree(t), "vendor")
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if vendorDir != "" {
-		os.RemoveAll(filepath.Dir(vendorDir))
-	}
 	if distDir != "" {
 		os.RemoveAll(distDir)
 	}

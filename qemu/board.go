@@ -27,7 +27,11 @@ type Board struct {
 	Scenario string // of testdata/crash/crash.c
 	CPU      string // QEMU -cpu; "max" enables AArch64 pointer authentication
 	Dir      string // work directory
-	Progress func(format string, args ...any)
+	// Collector, when set, is a collector directory `unwound receive`
+	// also hands the report to (--dir), symbolized at ingest with the
+	// board's files.
+	Collector string
+	Progress  func(format string, args ...any)
 }
 
 // BoardResult is what a board run gives back.
@@ -269,8 +273,17 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	defer recvLog.Close()
 	m := &Machine{Arch: arch, Kernel: kernel, Initramfs: r, CPU: b.CPU, Timeout: 5 * time.Minute, Dir: work,
 		Link: func(pty string) {
-			say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
-			recv = exec.Command(res.Unwound, "receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m")
+			args := []string{"receive", "--port", pty, "--out", out, "--count", "1", "--idle", "3m"}
+			if b.Collector != "" {
+				args = append(args, "--dir", b.Collector, "--sysroot", res.HostRoot)
+				for _, d := range res.DebugDirs {
+					args = append(args, "--debug-dir", d)
+				}
+				say("host: unwound receive on %s (the board's /dev/hvc0), into the collector %s", pty, b.Collector)
+			} else {
+				say("host: unwound receive on %s (the board's /dev/hvc0)", pty)
+			}
+			recv = exec.Command(res.Unwound, args...)
 			recv.Stderr = recvLog
 			if err := recv.Start(); err != nil {
 				recvErr <- err

@@ -3,14 +3,15 @@
 # Idempotent: installs only what is missing. Needs root for apt-get.
 # The last two lines: Buildroot's utils/check-package (python3-magic,
 # flake8, shellcheck) and bitbake's host tools, for packaging/realtools_test.go.
-# libc6-dbg and llvm (llvm-symbolizer): host/symbolize's tests and benchmarks.
+# libc6-dbg and llvm (llvm-symbolizer): host/symbolize's tests and benchmarks;
+# chromium drives the collector page's browser test (host/webtest).
 set -eu
 pkgs="gcc g++ make git zstd gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
 gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf gcc-riscv64-linux-gnu g++-riscv64-linux-gnu
 binutils-multiarch gdb-multiarch qemu-user qemu-system-arm qemu-system-misc qemu-system-x86
 qemu-system-data socat linux-source-6.1 bc bison flex libelf-dev libssl-dev cpio xz-utils
 e2fsprogs dosfstools device-tree-compiler clang lld mold musl-tools libc6-dbg llvm
-python3-magic flake8 shellcheck
+python3-magic flake8 shellcheck chromium
 gawk chrpath diffstat lz4 rsync texinfo locales file python3-git python3-jinja2 python3-subunit python3-pexpect"
 missing=""
 for p in $pkgs; do

@@ -2,12 +2,12 @@
 // pipes a crashed process's core into it; it unwinds every thread on the
 // device and queues a PC-only report. See README.md.
 //
-// Kernel mode (what core_pattern runs):
+// Kernel mode (what core_pattern runs; --pidfd=%F on Linux 6.16+):
 //
-//	unwound-handler --config /etc/unwound/unwound.toml %P %I %s %t %d %c %E %e
+//	unwound-handler --config /etc/unwound/unwound.toml [--pidfd=%F] %P %I %s %t %d %c %E %e
 //
-// Install line:  unwound-handler --config PATH --core-pattern
-// Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N]
+// Install line:  unwound-handler --config PATH [--pidfd auto|on|off] --core-pattern
+// Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]
 // Uninstall:     unwound-handler [--config PATH] uninstall [--root DIR] [--force]
 // Offline:       unwound-handler --core-file FILE|- [--exe PATH] [--sysroot DIR] --print-json
 package main
@@ -34,6 +34,7 @@ type definer interface {
 
 type mainOptions struct {
 	config, coreFile, exe, sysroot *string
+	pidfd                          *string
 	pattern, printJSON, version    *bool
 }
 
@@ -41,6 +42,7 @@ func defineMain(fs definer) mainOptions {
 	return mainOptions{
 		config:    fs.String("config", config.DefaultPath, "configuration `file`"),
 		pattern:   fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit"),
+		pidfd:     fs.String("pidfd", "", "kernel mode: the `fd` %F gave, the crashed process's pidfd (Linux 6.16+); with --core-pattern: auto (the running kernel decides), on or off"),
 		coreFile:  fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe"),
 		exe:       fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE"),
 		sysroot:   fs.String("sysroot", "/", "offline: `dir`ectory the core's file paths are relative to"),
@@ -51,15 +53,15 @@ func defineMain(fs definer) mainOptions {
 
 func mainUsage(w io.Writer, printDefaults func()) {
 	fmt.Fprintf(w, "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
-		"  unwound-handler [--config FILE] --core-pattern\n"+
-		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N]\n"+
+		"  unwound-handler [--config FILE] [--pidfd auto|on|off] --core-pattern\n"+
+		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]\n"+
 		"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
 		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", sysctl.PatternSpecifiers)
 	printDefaults()
 }
 
 // defineInstall defines the options of install and uninstall.
-func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, cfg *string, limit *int) {
+func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, cfg *string, limit *int, pidfd *string) {
 	root = fs.String("root", "/", "the board's root `dir`ectory; other than /, files are written there and nothing is applied to the running kernel")
 	force = fs.Bool("force", false, "replace another crash handler's core_pattern (install), remove a sysctl file install did not write (uninstall)")
 	cfg = fs.String("config", cfgPath, "configuration `file` on the board")
@@ -67,7 +69,11 @@ func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, 
 	if cmd == "install" {
 		fs.IntVar(limit, "core-pipe-limit", 4, "kernel.core_pipe_limit: `dumps` the kernel waits for at once")
 	}
-	return root, force, cfg, limit
+	pidfd = new(string)
+	if cmd == "install" {
+		pidfd = fs.String("pidfd", "auto", "ask the kernel for the crashed process's pidfd (%F): `auto` (the running kernel is 6.16 or later; off for another --root), on or off")
+	}
+	return root, force, cfg, limit, pidfd
 }
 
 func main() {
@@ -109,7 +115,7 @@ func run() int {
 		self, err := sysctl.Executable()
 		if err == nil {
 			var line string
-			if line, err = sysctl.Pattern(self, *o.config); err == nil {
+			if line, err = sysctl.PatternMode(self, *o.config, *o.pidfd, ""); err == nil {
 				fmt.Println(line)
 				return 0
 			}
@@ -137,6 +143,7 @@ func run() int {
 		ConfigPath: *o.config,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,
+		Pidfd:      *o.pidfd,
 		Log:        kernelLogger(),
 	})
 }
@@ -166,7 +173,7 @@ func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
 // installCmd is `install` and `uninstall`: see package install.
 func installCmd(cmd, cfgPath string, args []string) int {
 	fs := newFlagSet("unwound-handler "+cmd, os.Stderr)
-	root, force, cfg, limit := defineInstall(fs, cmd, cfgPath)
+	root, force, cfg, limit, pidfd := defineInstall(fs, cmd, cfgPath)
 	if err := fs.Parse(args); err != nil {
 		if err == errHelp {
 			return 0
@@ -177,7 +184,7 @@ func installCmd(cmd, cfgPath string, args []string) int {
 		fmt.Fprintf(os.Stderr, "unwound-handler %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
 	}
-	o := install.Options{Root: *root, Config: *cfg, PipeLimit: *limit, Force: *force, Out: os.Stdout}
+	o := install.Options{Root: *root, Config: *cfg, PipeLimit: *limit, Force: *force, Pidfd: *pidfd, Out: os.Stdout}
 	run := install.Install
 	if cmd == "uninstall" {
 		run = install.Uninstall

@@ -16,6 +16,8 @@ import (
 	"github.com/unwound-dev/unwound/host/symbolize"
 )
 
+func init() { fleetCmds["crashes"] = func(args []string) error { return crashesCmd(args, os.Stdout) } }
+
 // crashes reads a collector, in the style of coredumpctl: list the
 // groups, show one group or report, list a group's reports, symbolize
 // again. It reads the collector's directory directly (--dir) or asks a
@@ -37,7 +39,7 @@ func crashesCmd(args []string, w io.Writer) error {
 	switch sub {
 	case "list":
 		fs.StringVar(&since, "since", "", "groups seen since `when` (RFC 3339, YYYY-MM-DD, or a duration: 24h, 7d)")
-		fs.StringVar(&f.Release, "release", "", "groups seen in this `release` (as listed: \"myimage 2.4.1\", or unknown)")
+		fs.StringVar(&f.Release, "release", "", "groups seen in this `release` (as listed: \"myimage 2.4.1\", the version alone, or unknown)")
 		fs.StringVar(&f.Program, "program", "", "groups of this `program` (path or base name)")
 		fs.StringVar(&f.Device, "device", "", "groups seen on this `device` id")
 		fs.StringVar(&signal, "signal", "", "groups of this `signal` (SIGSEGV, 11)")

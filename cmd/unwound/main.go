@@ -3,7 +3,7 @@
 //
 //	unwound decode [--format json|text] FILE...   (.json.zst or .json, - for stdin)
 //	unwound receive --port DEV [--baud N] (--out DIR | --dir DIR | --collector URL) [--follow] [--count N] [--idle D]
-//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
+//	unwound serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--read-token T] [--tls-cert F --tls-key F [--client-ca F]]
 //	unwound crashes list|show|reports|resymbolize (--dir DIR | --url URL) ...
 //	unwound extract [--out DIR] [FILE] < console.log
 //	unwound symbolize [--debug-dir DIR]... [--store DIR] [--dir DIR] [--sysroot DIR] [--format text|json] FILE...
@@ -28,6 +28,15 @@ import (
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
+// fleetCmds are the commands of the fleet collector (serve, crashes,
+// sentry), registered by their files: the release tarball that Yocto and
+// Buildroot build the host tools from leaves those files out, with the
+// collector's pure-Go SQLite (docs/packaging.md, make dist).
+var fleetCmds = map[string]func(args []string) error{}
+
+// fleetOnly names them, for a clear error where they are left out.
+var fleetOnly = map[string]bool{"serve": true, "crashes": true, "sentry": true}
+
 func main() {
 	if len(os.Args) < 2 {
 		usage()
@@ -39,16 +48,10 @@ func main() {
 		err = decodeCmd(os.Args[2:])
 	case "receive":
 		err = receiveCmd(os.Args[2:])
-	case "serve":
-		err = serve(os.Args[2:])
 	case "extract", "undump":
 		err = extract(os.Args[2:])
 	case "symbolize":
 		err = symbolizeCmd(os.Args[2:], os.Stdout)
-	case "sentry":
-		err = sentryCmd(os.Args[2:])
-	case "crashes":
-		err = crashesCmd(os.Args[2:], os.Stdout)
 	case "symbols":
 		err = symbolsCmd(os.Args[2:], os.Stdout)
 	case "minidebuginfo":
@@ -58,9 +61,17 @@ func main() {
 	case "help", "-h", "--help":
 		usage()
 	default:
-		fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		cmd, ok := fleetCmds[os.Args[1]]
+		switch {
+		case ok:
+			err = cmd(os.Args[2:])
+		case fleetOnly[os.Args[1]]:
+			err = fmt.Errorf("%s: this unwound was built without the fleet collector (the release tarball carries the build-host tools only); build it from the git tree", os.Args[1])
+		default:
+			fmt.Fprintf(os.Stderr, "unwound: unknown command %q\n", os.Args[1])
+			usage()
+			os.Exit(2)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "unwound:", err)
@@ -78,11 +89,12 @@ commands:
                                         pull reports over a serial line until the board's queue
                                         is empty (--follow: keep listening); reopens DEV if it goes away;
                                         files in --out, and/or into a collector (its --dir, or its URL)
-  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--tls-cert F --tls-key F [--client-ca F]]
-        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N] [--rules F]
+  serve [--listen ADDR] --dir DIR [--out DIR] [--token T] [--read-token T] [--tls-cert F --tls-key F [--client-ca F]]
+        [--debug-dir D]... [--sysroot D] [--keep-days N] [--max-bytes N]
                                         the fleet's collector: receive reports over HTTP(S) into
                                         DIR/unwound.db, symbolized and grouped; GET /reports lists
-                                        them, /api/ serves the groups (docs/collector.md)
+                                        them, /api/ serves the groups (docs/collector.md), / is the
+                                        page for a browser (docs/collector-page.md)
   crashes list [--since T] [--release R] [--program P] [--device D] [--signal S] [--json]
   crashes show GROUP|REPORT [--json]
   crashes reports GROUP [--json]

@@ -10,9 +10,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/host/receive"
 )
+
+// collectorSinks opens the collector receive hands reports to (by its
+// directory, or a running one's URL): set where the collector is built in.
+var collectorSinks func(cf *collectorFlags, dir, url, token string, logf func(string, ...any)) (receive.Sink, func() error, error)
 
 // receive is the host end of the serial link (receive.Serial).
 func receiveCmd(args []string) error {
@@ -48,19 +51,19 @@ func receiveCmd(args []string) error {
 	// The collector first: a report the board deletes must be in the
 	// database; the files are a copy.
 	var sinks receive.Tee
-	switch {
-	case *dir != "":
-		c, err := cf.open(*dir, o.Log)
-		if err != nil {
-			return fmt.Errorf("receive: %w", err)
+	if *dir != "" || *coll != "" {
+		if collectorSinks == nil {
+			return errors.New("receive: --dir and --collector: this unwound was built without the fleet collector; use --out")
 		}
-		defer c.Close()
-		sinks = append(sinks, c)
-	case *coll != "":
 		if *token == "" {
 			*token = os.Getenv("UNWOUND_TOKEN")
 		}
-		sinks = append(sinks, &collector.Client{URL: *coll, Token: *token})
+		c, closeFn, err := collectorSinks(&cf, *dir, *coll, *token, o.Log)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		defer closeFn()
+		sinks = append(sinks, c)
 	}
 	if *out == "" && len(sinks) == 0 {
 		return errors.New("receive: --out DIR, --dir DIR or --collector URL: where do the reports go?")

@@ -13,6 +13,8 @@ import (
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
+func init() { fleetCmds["sentry"] = sentryCmd }
+
 const sentryUsage = `usage: unwound sentry send [--dsn DSN] [--debug-dir DIR]... [--sysroot DIR] [--timeout D] REPORT...
 
 Sends each report to Sentry as a native event (docs/sentry.md). The DSN

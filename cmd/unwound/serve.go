@@ -13,57 +13,45 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/host/receive"
-	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/host/symstore"
+	"github.com/unwound-dev/unwound/host/web"
 	"github.com/unwound-dev/unwound/report"
 )
 
-// collectorFlags are the flags of commands that open a collector
-// directory: where symbols are, retention, signature rules.
-type collectorFlags struct {
-	dirs     multiFlag
-	sysroot  string
-	keepDays int
-	maxBytes int64
-	rules    string
-}
-
-func (cf *collectorFlags) register(fs *flag.FlagSet, retention bool) {
-	fs.Var(&cf.dirs, "debug-dir", "debug file `directory` (.build-id tree, <dir>/<path>.debug), searched after DIR/symbols; repeatable")
-	fs.StringVar(&cf.sysroot, "sysroot", "", "the target's root filesystem `dir`: report paths are looked up under it (default DIR/sysroot)")
-	fs.StringVar(&cf.rules, "rules", "", "signature rules `file` (TOML, as host/signature/rules.toml) added to the built-in ones")
-	if retention {
-		fs.IntVar(&cf.keepDays, "keep-days", 0, "prune reports received more than `N` days ago (0: keep them); groups keep their counts")
-		fs.Int64Var(&cf.maxBytes, "max-bytes", 0, "prune the oldest reports while the kept reports exceed `N` bytes (0: no bound)")
-	}
-}
-
 // open opens the collector in dir with these flags; DEBUGINFOD_URLS is
-// read as unwound symbolize reads it.
+// read as unwound symbolize reads it, the signature rules from
+// DIR/signature.toml.
 func (cf *collectorFlags) open(dir string, logf func(string, ...any)) (*collector.Collector, error) {
 	o := collector.Options{
 		DebugDirs: cf.dirs, Sysroot: cf.sysroot, Debuginfod: symbolize.DebuginfodFromEnv(),
 		KeepDays: cf.keepDays, MaxBytes: cf.maxBytes, Log: logf,
 	}
-	if cf.rules != "" {
-		b, err := os.ReadFile(cf.rules)
-		if err != nil {
-			return nil, err
-		}
-		extra, err := signature.Parse(b)
-		if err != nil {
-			return nil, fmt.Errorf("--rules %s: %w", cf.rules, err)
-		}
-		o.Rules = signature.Default().Extend(extra)
-	}
 	return collector.Open(dir, o)
+}
+
+func init() {
+	fleetCmds["serve"] = serve
+	collectorSinks = openCollectorSinks
+}
+
+// openCollectorSinks is where unwound receive hands reports to a collector:
+// its directory, or a running one's URL.
+func openCollectorSinks(cf *collectorFlags, dir, url, token string, logf func(string, ...any)) (receive.Sink, func() error, error) {
+	if dir != "" {
+		c, err := cf.open(dir, logf)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, c.Close, nil
+	}
+	return &collector.Client{URL: url, Token: token}, func() error { return nil }, nil
 }
 
 // serve is an HTTP receiver: what unwound-uploader's HTTP transport posts
 // to. With --dir it is the fleet's collector: every report goes into the
 // database DIR/unwound.db, symbolized and grouped, and /api/ serves the
-// groups (unwound crashes --url).
+// groups (unwound crashes --url) and / the page (host/web).
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var o receive.ServeOptions
@@ -72,6 +60,7 @@ func serve(args []string) error {
 	dir := fs.String("dir", "", "collector `directory`: the database DIR/unwound.db, symbols in DIR/symbols")
 	out := fs.String("out", "", "also keep each report as a file in this `directory` (DIR/<id>.json.zst)")
 	fs.StringVar(&o.Token, "token", "", "require this bearer `token`")
+	fs.StringVar(&o.ReadToken, "read-token", "", "a second `token` that reads (the page, GET /api/) but posts no report")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "and this key (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "with --tls-cert: require a client certificate signed by a CA in this PEM `bundle` (mutual TLS)")
@@ -124,6 +113,11 @@ func serve(args []string) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 		o.Routes = map[string]http.Handler{"/api/": collector.API(c), "/buildid/": syms.Handler(o.Token)}
+		page, err := web.New(c, web.Options{Tokens: []string{o.Token, o.ReadToken}, Log: o.Log})
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		o.Pages = page.Routes()
 	}
 	if *out != "" {
 		st, err := receive.NewStore(*out)

@@ -57,6 +57,13 @@ type Options struct {
 	// Force replaces another handler's core_pattern, and removes a
 	// sysctl file install did not write.
 	Force bool
+	// Pidfd says whether the line asks for the crashed process's pidfd
+	// (%F): "on", "off", or "auto" (or ""): on when the running kernel is
+	// 6.16 or later, off for a staged root (its kernel is not this one).
+	Pidfd string
+	// KernelRelease is the release "auto" decides by; "" is the running
+	// kernel's (tests set it).
+	KernelRelease string
 	// SkipSelfTest is for tests of the file handling only.
 	SkipSelfTest bool
 	// Out receives what install does, one line per step.
@@ -128,7 +135,13 @@ func (o *Options) Pattern() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return sysctl.Pattern(board, o.Config)
+	mode := o.Pidfd
+	if (mode == "auto" || mode == "") && o.Root != "/" {
+		// A staged root boots another kernel: the image's build says
+		// (make install CORE_PATTERN_PIDFD=on).
+		mode = "off"
+	}
+	return sysctl.PatternMode(board, o.Config, mode, o.KernelRelease)
 }
 
 // Foreign is another handler's core_pattern that install would replace.

@@ -119,7 +119,9 @@ func run(t *testing.T, root string, args ...string) (string, error) {
 // with root taken off: the line the board's kernel must get.
 func boardPattern(t *testing.T, root string) string {
 	t.Helper()
-	out, err := run(t, root, "--core-pattern")
+	// install --root decides "auto" as off: the staged root boots
+	// another kernel.
+	out, err := run(t, root, "--pidfd", "off", "--core-pattern")
 	if err != nil {
 		t.Fatalf("--core-pattern: %v %s", err, out)
 	}
@@ -425,5 +427,41 @@ func TestKuserNote(t *testing.T) {
 		if got := KuserNote(strings.NewReader(c.maps), c.needed); !strings.Contains(got, c.want) {
 			t.Errorf("KuserNote(needed=%v) = %q, want it to contain %q", c.needed, got, c.want)
 		}
+	}
+}
+
+// The line install writes asks for the pidfd when the running kernel
+// passes one (auto), or as told; a staged root's auto is off.
+func TestInstallPidfdChoice(t *testing.T) {
+	const exe = "/usr/bin/unwound-handler"
+	for _, tc := range []struct {
+		root, mode, release string
+		want                bool
+	}{
+		{"/", "auto", "6.18.44-fc-v657", true},
+		{"/", "", "6.16.0", true},
+		{"/", "auto", "6.12.40", false},
+		{"/", "on", "6.1.0", true},
+		{"/", "off", "6.18.0", false},
+		{"staged", "auto", "6.18.0", false},
+		{"staged", "on", "6.1.0", true},
+	} {
+		o := Options{Root: "/", Exe: exe, Config: "/etc/unwound/unwound.toml", Pidfd: tc.mode, KernelRelease: tc.release}
+		if tc.root == "staged" {
+			o.Root = t.TempDir()
+			o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
+			writeFile(t, o.Root, "usr/bin/unwound-handler", "")
+		}
+		p, err := o.Pattern()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(p, sysctl.PidfdArg); got != tc.want {
+			t.Errorf("%+v: %q", tc, p)
+		}
+	}
+	o := Options{Root: "/", Exe: exe, Pidfd: "sometimes"}
+	if _, err := o.Pattern(); err == nil {
+		t.Errorf("--pidfd sometimes accepted")
 	}
 }

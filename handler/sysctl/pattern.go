@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // PatternSpecifiers are the core_pattern specifiers the handler takes, in
@@ -17,8 +20,25 @@ const PatternSpecifiers = "%P %I %s %t %d %c %E %e"
 // MaxPattern is the kernel's limit on core_pattern (CORENAME_MAX_SIZE − 1).
 const MaxPattern = 127
 
-// Pattern returns the line to write into /proc/sys/kernel/core_pattern.
+// PidfdArg asks the kernel for the crashed process's pidfd: %F (Linux
+// 6.16, fs/coredump.c) installs it as a file descriptor of the handler and
+// expands to its number. It is one word, so a kernel that does not know %F
+// (it expands unknown specifiers to nothing) passes "--pidfd=", which the
+// handler takes as no pidfd.
+const PidfdArg = "--pidfd=%F"
+
+// PidfdKernel is the first kernel release whose pipe helpers get %F.
+var PidfdKernel = [2]int{6, 16}
+
+// Pattern returns the line to write into /proc/sys/kernel/core_pattern,
+// without %F.
 func Pattern(exe, configPath string) (string, error) {
+	return PatternFor(exe, configPath, false)
+}
+
+// PatternFor returns the line to write into /proc/sys/kernel/core_pattern;
+// with pidfd it asks for the crashed process's pidfd (PidfdArg).
+func PatternFor(exe, configPath string, pidfd bool) (string, error) {
 	if !filepath.IsAbs(exe) {
 		return "", fmt.Errorf("core_pattern needs an absolute handler path, got %q", exe)
 	}
@@ -29,11 +49,76 @@ func Pattern(exe, configPath string) (string, error) {
 	if configPath != "" {
 		p += " --config " + configPath
 	}
+	if pidfd {
+		p += " " + PidfdArg
+	}
 	p += " " + PatternSpecifiers
 	if len(p) > MaxPattern {
 		return "", fmt.Errorf("core_pattern is %d characters, the kernel keeps %d: install the handler at a shorter path", len(p), MaxPattern)
 	}
 	return p, nil
+}
+
+// KernelRelease is the running kernel's release (uname -r).
+func KernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// PidfdSupported says whether a kernel release ("6.18.44-fc-v657",
+// "7.2.0-rc1") passes pidfds to pipe helpers: 6.16 or later. A release it
+// cannot read is taken as too old.
+func PidfdSupported(release string) bool {
+	major, rest, _ := strings.Cut(release, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minor = minor[:i] // "16-rc1", "17rc2"
+	}
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > PidfdKernel[0] || ma == PidfdKernel[0] && mi >= PidfdKernel[1]
+}
+
+// ChoosePidfd decides whether the line asks for a pidfd: mode "on" and
+// "off" say so (a build for an image whose kernel is known), "auto" (or
+// "") asks the kernel release given, the running one when it is "".
+func ChoosePidfd(mode, release string) (bool, error) {
+	switch mode {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "auto", "":
+		if release == "" {
+			release = KernelRelease()
+		}
+		return PidfdSupported(release), nil
+	}
+	return false, fmt.Errorf("pidfd %q: want auto, on or off", mode)
+}
+
+// PatternMode is the line for a --pidfd mode (ChoosePidfd). "auto" drops
+// the pidfd when the line would not fit the kernel's 127 characters with
+// it: the pidfd guards against a reused pid, the line is what makes
+// crashes reach the handler at all. "on" fails then.
+func PatternMode(exe, configPath, mode, release string) (string, error) {
+	pidfd, err := ChoosePidfd(mode, release)
+	if err != nil {
+		return "", err
+	}
+	p, err := PatternFor(exe, configPath, pidfd)
+	if err != nil && pidfd && mode != "on" {
+		if without, err2 := PatternFor(exe, configPath, false); err2 == nil {
+			return without, nil
+		}
+	}
+	return p, err
 }
 
 // Executable is the running program's own absolute path, symlinks

@@ -132,7 +132,8 @@ func Describe(pattern string) string {
 // Same says whether two core_pattern lines run the same handler with the
 // same arguments. Program paths are compared after resolving symlinks
 // under root ("/" for the running system), so /usr/bin and /bin on a
-// merged-/usr system are the same handler.
+// merged-/usr system are the same handler. A line with PidfdArg is the
+// same as one without: install chooses it by kernel, and either works.
 func Same(root, a, b string) bool {
 	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
 	if a == b {
@@ -141,7 +142,7 @@ func Same(root, a, b string) bool {
 	if !strings.HasPrefix(a, "|") || !strings.HasPrefix(b, "|") {
 		return false
 	}
-	fa, fb := strings.Fields(a[1:]), strings.Fields(b[1:])
+	fa, fb := withoutPidfd(strings.Fields(a[1:])), withoutPidfd(strings.Fields(b[1:]))
 	if len(fa) == 0 || len(fa) != len(fb) {
 		return false
 	}
@@ -151,6 +152,17 @@ func Same(root, a, b string) bool {
 		}
 	}
 	return resolve(root, fa[0]) == resolve(root, fb[0])
+}
+
+// withoutPidfd drops PidfdArg from a pipe line's words.
+func withoutPidfd(f []string) []string {
+	out := f[:0:0]
+	for _, w := range f {
+		if w != PidfdArg {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func resolve(root, p string) string {

@@ -338,6 +338,19 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				if next, ok, _ := u.confirm(c, cur, slot); ok {
 					return next, nil
 				}
+				if u.selfCall(c, cur, w) {
+					// Where calls push the return address and no prologue
+					// is decoded (x86), a call to the very function the PC
+					// is in, from inside it: words above SP are the
+					// function's own frame and its caller's, where a stale
+					// address of its own calls is not left. A guess.
+					next := state{pc: w, raMem: true, selfCall: true}
+					next.rs.Set(a.SP, slot+ps)
+					return next, nil
+				}
+			}
+			if guess != nil && a.Prologue == nil {
+				continue // only a recursion's word overrides the guess
 			}
 			if err != nil {
 				rejected++
@@ -378,9 +391,12 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 			}
 			guess = &state{pc: w, spApprox: !a.RASlotTop, raMem: true}
 			guess.rs.Set(a.SP, slot+ps)
-			if a.Prologue == nil {
+			if a.Prologue == nil && c.Direct {
 				return *guess, nil
 			}
+			// An indirect call's word names no callee: where no prologue
+			// is decoded (x86), a recursion's word further up says it is
+			// a stale one (a return address left in the frame's locals).
 			// A prologue-confirmed word further up would say where the
 			// callee saved its return address: everything below that
 			// slot is the callee's own frame, this word a stale one
@@ -395,6 +411,31 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 		return *guess, nil
 	}
 	return state{}, fmt.Errorf("no return address in %d bytes above SP (%d code addresses failed call-site validation)", maxScan, rejected)
+}
+
+// selfCall reports whether c, a direct call before the scanned word w, calls the
+// function the frame's PC is in from inside it (a recursion), on an
+// architecture whose calls push the return address and which has no
+// prologue analyzer to confirm the slot.
+func (u *unwinder) selfCall(c arch.Call, cur state, w uint64) bool {
+	a := u.p.Arch
+	if a.LR >= 0 || a.Prologue != nil || !c.Direct || cur.spApprox {
+		return false
+	}
+	mi, m := u.module(cur.pc)
+	if mi < 0 || m.File == nil || module.Find(u.p.Modules, c.Target) != mi {
+		return false
+	}
+	fs, ok := u.funcStart(m.File, lookupPC(cur)-m.Bias())
+	if !ok || fs != c.Target-m.Bias() {
+		return false
+	}
+	// The word must be a return address into the function, not the start
+	// of the next one after a call that does not return (main after
+	// main.cold's call to abort's caller), nor a pointer to it: with the
+	// PC's own start unknown, the call's target would pass for it.
+	code := make([]byte, 4)
+	return a.Entry == nil || u.readCode(m, w, code) != nil || !a.Entry(code)
 }
 
 // confirm checks a return address found at slot against the prologue of

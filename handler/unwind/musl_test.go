@@ -355,7 +355,7 @@ func TestScanRefusesOwnIndirectCall(t *testing.T) {
 	const caller, fn, other = 0x10100, 0x10400, 0x10800
 	f.insn32(caller+0x10, blA64(caller+0x10, fn))
 	f.insn32(other+0x10, blA64(other+0x10, fn)) // fn is called: a start
-	f.insn32(fn+0x20, 0xD63F0060)                // blr x3
+	f.insn32(fn+0x20, 0xD63F0060)               // blr x3
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, fn+0x24)     // stale: fn's own indirect call

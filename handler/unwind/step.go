@@ -134,7 +134,7 @@ func (u *unwinder) repeats(cur, next state, s strategy) (string, string) {
 		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again, the return address not read from the stack", s.name(), next.pc)
 	case cur.spApprox || nsp <= sp:
 		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again from an SP known only roughly", s.name(), next.pc)
-	case s.name() == MethodScan && next.via == "":
+	case s.name() == MethodScan && next.via == "" && !next.selfCall:
 		return StopLoop, fmt.Sprintf("%s: gave the pc %#x again, unconfirmed", s.name(), next.pc)
 	}
 	return "", ""

@@ -110,6 +110,9 @@ type state struct {
 	// via names the method when a strategy recovered the frame by another
 	// one's means (a scan confirmed by the callee's prologue).
 	via string
+	// selfCall: the scan took a recursion's return address, its call to
+	// the function the PC is in (selfCall in callsite.go).
+	selfCall bool
 }
 
 // Unwind walks one thread from its registers.

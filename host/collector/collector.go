@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -51,6 +52,10 @@ const DBName = "unwound.db"
 // file Generation in it is touched after each addition.
 const SymbolsDir = "symbols"
 
+// RulesFile is the project's own signature rules under the collector's
+// directory (host/signature's TOML), added to the built-in ones.
+const RulesFile = "signature.toml"
+
 // Generation is the file under SymbolsDir whose change means new symbols.
 const Generation = "generation"
 
@@ -63,7 +68,9 @@ type Options struct {
 	DebugDirs  []string
 	Sysroot    string
 	Debuginfod *symbolize.Debuginfod
-	// Rules are the signature rules (default signature.Default()).
+	// Rules are the signature rules (default: signature.Default(),
+	// extended by DIR/signature.toml when there is one, so that every
+	// command opening the directory groups alike).
 	Rules *signature.Rules
 	// KeepDays prunes reports received more than this many days ago
 	// (0: keep them); MaxBytes prunes the oldest reports while the kept
@@ -133,6 +140,16 @@ func Open(dir string, o Options) (*Collector, error) {
 	}
 	if o.Rules == nil {
 		o.Rules = signature.Default()
+		b, err := os.ReadFile(filepath.Join(dir, RulesFile))
+		if err == nil {
+			extra, err := signature.Parse(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, RulesFile), err)
+			}
+			o.Rules = o.Rules.Extend(extra)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	}
 	if o.Sysroot == "" {
 		o.Sysroot = filepath.Join(dir, "sysroot")
@@ -212,7 +229,11 @@ func (c *Collector) Has(id string) bool {
 // whether it was new (false: a duplicate, kept or pruned), and a
 // validation error (the sender's fault) or a local one.
 func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bool, invalid, err error) {
-	r, derr := decode.Report(data)
+	// Decompressed once: the report and its extras read the same JSON.
+	js, derr := decode.JSON(data)
+	if derr == nil {
+		r, derr = decode.Report(js)
+	}
 	if derr != nil {
 		return nil, false, derr, nil
 	}
@@ -222,7 +243,7 @@ func (c *Collector) Put(data []byte, wantID string) (r *report.Report, stored bo
 	if c.Has(r.ID) {
 		return r, false, nil, nil
 	}
-	extra := extras(data)
+	extra := extras(js)
 	if !bytes.HasPrefix(data, []byte(zstdenc.Magic)) {
 		data = report.Compress(data)
 	}

@@ -166,6 +166,8 @@ func TestGroupsAndFilters(t *testing.T) {
 		want int
 	}{
 		{Filter{Release: "gateway 2.4.0"}, 1},
+		{Filter{Release: "2.4.1"}, 2},
+		{Filter{Release: "4.1"}, 0},
 		{Filter{Release: "unknown"}, 1},
 		{Filter{Program: "radiod"}, 1},
 		{Filter{Program: "/usr/bin/gw"}, 2},
@@ -403,5 +405,23 @@ func TestAPIClient(t *testing.T) {
 	res, err := cl.Resymbolize()
 	if err != nil || res.Reports != 4 || res.Regrouped != 0 {
 		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// DIR/signature.toml extends the built-in rules for every opener; a
+// broken one is an error that names it.
+func TestRulesFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("prefix = ['^gw\\+0x100$']\n"), 0o644)
+	c := open(t, dir, Options{})
+	put(t, c, fake{id: 1, device: "b1", exe: "/usr/bin/gw", signal: 11, offset: 0x100})
+	gs, _ := c.Groups(Filter{})
+	if len(gs) != 1 || gs[0].Signature != "gw+0x100 | gw+0xff" {
+		t.Fatalf("%+v", gs)
+	}
+	c.Close()
+	os.WriteFile(filepath.Join(dir, RulesFile), []byte("skip = ['(']\n"), 0o644)
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), RulesFile) || !strings.Contains(err.Error(), "skip[0]") {
+		t.Fatalf("broken rules: %v", err)
 	}
 }

@@ -49,7 +49,7 @@ var _ Reader = (*Collector)(nil)
 // program (its path, or its base name) or device.
 type Filter struct {
 	Since   time.Time // last seen at or after
-	Release string    // a release label (Release.Label), or "unknown"
+	Release string    // a release label (Release.Label), its version alone, or "unknown"
 	Program string
 	Device  string
 	Signal  int    // a signal number
@@ -179,7 +179,10 @@ func (c *Collector) Groups(f Filter) ([]Group, error) {
 		args = append(args, facet, value)
 	}
 	if f.Release != "" {
-		has("release", f.Release)
+		// A label ("gateway 2.4.1") or its version alone ("2.4.1").
+		where = append(where, `EXISTS (SELECT 1 FROM facets x WHERE x.group_id = g.id AND x.facet = 'release' AND x.count > 0
+			AND (x.value = ? OR x.value LIKE '% ' || ? ESCAPE '\'))`)
+		args = append(args, f.Release, likeEscape(f.Release))
 	}
 	if f.Device != "" {
 		has("device", f.Device)

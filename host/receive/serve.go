@@ -31,20 +31,47 @@ type ServeOptions struct {
 	// Routes are more handlers, by path prefix ("/api/"), behind the
 	// same token and TLS; every other path is Handler's.
 	Routes map[string]http.Handler
+	// ReadToken, when set, also lets GET and HEAD requests to Routes
+	// through, never a report in: a token for people and dashboards.
+	ReadToken string
+	// Pages are handlers by ServeMux pattern ("GET /{$}") behind TLS but
+	// not the token: they check access themselves (the web page's login).
+	Pages map[string]http.Handler
 }
 
 // handler is Handler with the Routes beside it.
 func (o ServeOptions) handler(st Sink) http.Handler {
 	h := Handler(st, o.Token, o.Log)
-	if len(o.Routes) == 0 {
+	if len(o.Routes) == 0 && len(o.Pages) == 0 {
 		return h
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	for prefix, r := range o.Routes {
-		mux.Handle(prefix, Guard(o.Token, r))
+		mux.Handle(prefix, guardRoute(o.Token, o.ReadToken, r))
+	}
+	for pattern, p := range o.Pages {
+		mux.Handle(pattern, p)
 	}
 	return mux
+}
+
+// guardRoute lets through requests with the token and, when a read
+// token is set, GET and HEAD requests with it. With neither token set,
+// everything goes through, as with Guard.
+func guardRoute(token, readToken string, h http.Handler) http.Handler {
+	if readToken == "" {
+		return Guard(token, h)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		if !(token != "" && authorized(r, token)) && !(read && authorized(r, readToken)) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "bad or missing bearer token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Guard lets through only requests with the bearer token (any, when token

@@ -59,3 +59,43 @@ func TestServeHandler(t *testing.T) {
 	}
 	testutil.Received(t, out, want)
 }
+
+// The read token reads the Routes and the Pages see every request; it
+// never posts a report, and the ingest token still does everything.
+func TestReadToken(t *testing.T) {
+	st, _ := NewStore(t.TempDir())
+	o := ServeOptions{
+		Token: "ingest", ReadToken: "read", Log: t.Logf,
+		Routes: map[string]http.Handler{"/api/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("api")) })},
+		Pages:  map[string]http.Handler{"GET /{$}": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("page")) })},
+	}
+	s := httptest.NewServer(o.handler(st))
+	defer s.Close()
+	for _, c := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"GET", "/api/groups", "read", 200},
+		{"GET", "/api/groups", "ingest", 200},
+		{"GET", "/api/groups", "", 401},
+		{"GET", "/api/groups", "wrong", 401},
+		{"POST", "/api/resymbolize", "read", 401},
+		{"POST", "/api/resymbolize", "ingest", 200},
+		{"POST", "/reports", "read", 401},
+		{"GET", "/reports", "read", 401},
+		{"GET", "/", "", 200}, // the page checks access itself
+	} {
+		req, _ := http.NewRequest(c.method, s.URL+c.path, strings.NewReader("{}"))
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s with %q: %s, want %d", c.method, c.path, c.token, resp.Status, c.want)
+		}
+	}
+}

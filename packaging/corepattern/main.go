@@ -4,7 +4,7 @@
 // from the same code (handler.CorePattern), so `make install` can write it
 // into sysctl.d at build time, on the build host, for any target.
 //
-//	go run ./packaging/corepattern -exe /usr/bin/unwound-handler -config /etc/unwound/unwound.toml
+//	go run ./packaging/corepattern -exe /usr/bin/unwound-handler -config /etc/unwound/unwound.toml [-pidfd on]
 //
 // It exits with status 3 when no valid line exists for those paths (too
 // long, or characters the kernel would split on), so make install can tell
@@ -22,8 +22,14 @@ import (
 func main() {
 	exe := flag.String("exe", "", "absolute `path` the handler is installed at on the board")
 	cfg := flag.String("config", "", "configuration `file` on the board")
+	pidfd := flag.String("pidfd", "off", "ask the kernel for the crashed process's pidfd (%F, Linux 6.16+): `on` or off")
 	flag.Parse()
-	line, err := sysctl.Pattern(*exe, *cfg)
+	if *pidfd != "on" && *pidfd != "off" {
+		// auto would ask the build host's kernel, not the board's.
+		fmt.Fprintf(os.Stderr, "corepattern: -pidfd %q: want on or off\n", *pidfd)
+		os.Exit(3)
+	}
+	line, err := sysctl.PatternFor(*exe, *cfg, *pidfd == "on")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corepattern:", err)
 		os.Exit(3)

@@ -53,6 +53,7 @@ define UNWOUND_INSTALL_TARGET_CMDS
 		QUEUE_DIR=$(call qstrip,$(BR2_PACKAGE_UNWOUND_QUEUE_DIR)) \
 		INIT=$(UNWOUND_INIT) \
 		INITSCRIPT= \
+		CORE_PATTERN_PIDFD=$(if $(BR2_PACKAGE_UNWOUND_PIDFD),on,off) \
 		PREBUILT=$(@D)/bin \
 		BOARD_CMDS="unwound-handler unwound-uploader"
 endef

@@ -64,6 +64,12 @@ type Arch struct {
 	// to it reaches functions it does not name. nil where not decoded.
 	TailIndirect func(code []byte, thumb bool) bool
 
+	// Entry reports whether code (at a return address) begins the way a
+	// function does: a return address right after a call that does not
+	// return may be the next function's start, and a pointer to a
+	// function looks the same. nil where not decoded.
+	Entry func(code []byte) bool
+
 	// PLTHeader is the size of the lazy resolver's entry that starts
 	// .plt: it saves the link register on ARM and AArch64, so a PC there
 	// is not a stub's. PLTEntry is the size of the stubs after it where

@@ -209,6 +209,23 @@ func pltX86(code []byte) bool {
 	return len(code) >= 2 && code[0] == 0xFF && code[1] == 0x25 // jmp *rel32(%rip)
 }
 
+// entryX86 reports whether code begins as x86-64 functions do: endbr64,
+// push of rbp, rbx or r12–r15, or sub from rsp. The instruction after a
+// call rarely does.
+func entryX86(code []byte) bool {
+	switch {
+	case bytes.HasPrefix(code, []byte{0xf3, 0x0f, 0x1e, 0xfa}):
+		return true
+	case len(code) >= 1 && (code[0] == 0x55 || code[0] == 0x53):
+		return true
+	case len(code) >= 2 && code[0] == 0x41 && code[1] >= 0x54 && code[1] <= 0x57:
+		return true
+	case bytes.HasPrefix(code, []byte{0x48, 0x83, 0xec}), bytes.HasPrefix(code, []byte{0x48, 0x81, 0xec}):
+		return true
+	}
+	return false
+}
+
 // pltPushesX86 decodes a PLT stub from its start up to the PC (code holds
 // those bytes) and counts the pushes executed: a lazy stub pushes the
 // relocation index before it jumps to the resolver, which pushes the

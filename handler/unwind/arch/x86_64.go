@@ -60,6 +60,7 @@ var X86_64 = &Arch{
 	PLTHeader:    16, // push GOT+8; jmp *GOT+16
 	PLTEntry:     16,
 	PLTPushes:    pltPushesX86,
+	Entry:        entryX86,
 	Strategies:   []string{"signal", "cfi", "plt", "lr", "fp", "scan"},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{

@@ -4,7 +4,10 @@
 // report to this host over a serial line (the unwound-uploader daemon on
 // the board's /dev/hvc0, `unwound receive` on a host pty), and prints the
 // backtrace symbolized with the program's debug info and the debug files
-// of the board's libc (Debian's libc6-dbg).
+// of the board's libc (Debian's libc6-dbg). `unwound receive` also hands
+// the report to a collector directory under the cache
+// ($UNWOUND_CACHE/demo/collector), and the demo says how to open it in a
+// browser with `unwound serve`.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/qemu"
 )
 
@@ -25,6 +29,7 @@ func main() {
 	scenario := flag.String("scenario", "threads", "crash scenario of testdata/crash/crash.c")
 	arch := flag.String("arch", "arm64", "board architecture: arm64 (aarch64), arm (armhf), riscv64, x86_64 (amd64)")
 	cpu := flag.String("cpu", "", "QEMU CPU model (aarch64: max enables pointer authentication)")
+	coll := flag.String("collector", filepath.Join(cacheDir(), "demo", "collector"), "collector `directory` the report goes into, for unwound serve --dir")
 	flag.Parse()
 	a, ok := arches[*arch]
 	if !ok {
@@ -36,7 +41,7 @@ func main() {
 		if *keep {
 			fmt.Println("work directory:", work)
 		}
-		_, err = run(os.Stdout, a, *cpu, *scenario, work)
+		_, err = run(os.Stdout, a, *cpu, *scenario, work, *coll)
 		if !*keep {
 			os.RemoveAll(work)
 		}
@@ -53,10 +58,22 @@ var arches = map[string]string{
 	"riscv64": "riscv64", "x86_64": "x86_64", "amd64": "x86_64",
 }
 
-// run is the demo; it returns the board's result for the test.
-func run(w io.Writer, arch, cpu, scenario, work string) (*qemu.BoardResult, error) {
+// cacheDir is ~/.cache/unwound, or $UNWOUND_CACHE.
+func cacheDir() string {
+	if d := os.Getenv("UNWOUND_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "unwound")
+	}
+	return filepath.Join(os.TempDir(), "unwound-cache")
+}
+
+// run is the demo; it returns the board's result for the test. The
+// report goes into the collector in coll.
+func run(w io.Writer, arch, cpu, scenario, work, coll string) (*qemu.BoardResult, error) {
 	step := func(format string, args ...any) { fmt.Fprintf(w, "==> "+format+"\n", args...) }
-	b := &qemu.Board{Arch: arch, CPU: cpu, Scenario: scenario, Dir: work, Progress: step}
+	b := &qemu.Board{Arch: arch, CPU: cpu, Scenario: scenario, Dir: work, Collector: coll, Progress: step}
 	res, err := b.Run(context.Background())
 	if res != nil && res.Console != "" {
 		step("the board's console")
@@ -78,7 +95,37 @@ func run(w io.Writer, arch, cpu, scenario, work string) (*qemu.BoardResult, erro
 	for _, m := range res.Missing {
 		step("missing: %s", m)
 	}
-	return res, nil
+	return res, collect(step, res, coll)
+}
+
+// collect says where unwound receive put the report in the collector in
+// dir, and how to see it there.
+func collect(step func(string, ...any), res *qemu.BoardResult, dir string) error {
+	c, err := collector.Open(dir, collector.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := strings.TrimSuffix(filepath.Base(res.Reports[0]), ".json.zst")
+	d, err := c.Report(id)
+	if err != nil {
+		return fmt.Errorf("collector %s: %w", dir, err)
+	}
+	g, err := c.Group(d.Group)
+	if err != nil {
+		return fmt.Errorf("collector %s: %w", dir, err)
+	}
+	step("in the collector %s: group %s, %s, %d %s", dir, g.ID, g.Signature, g.Count, plural(g.Count, "report", "reports"))
+	step("to see it in a browser, from this tree: go run ./cmd/unwound serve --dir %s --listen 127.0.0.1:8080", dir)
+	step("and open http://127.0.0.1:8080/group/%s", g.ID)
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // guestLines is the console without blank lines and carriage returns.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
@@ -65,7 +66,8 @@ func TestDemo(t *testing.T) {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
 			var out bytes.Buffer
-			res, err := run(&out, arch, "", "threads", t.TempDir())
+			coll := t.TempDir()
+			res, err := run(&out, arch, "", "threads", t.TempDir(), coll)
 			t.Logf("demo output:\n%s", out.String())
 			if err != nil {
 				t.Fatal(err)
@@ -92,6 +94,7 @@ func TestDemo(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkFrames(t, &sym)
+			checkCollector(t, coll, r.ID, out.String())
 		})
 	}
 }
@@ -108,6 +111,29 @@ func checkDemo(t *testing.T, out string) {
 		t.Errorf("demo output has a warning: %s", l)
 	}
 	for _, want := range []string{"Running sysctl: OK", "Starting unwound: OK", "demo: queue drained", "UNWOUND-GUEST-DONE rc=0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+// checkCollector: the report is in the demo's collector, symbolized and
+// grouped by its crashed thread, and the demo said how to open the page.
+func checkCollector(t *testing.T, dir, id, out string) {
+	t.Helper()
+	c, err := collector.Open(dir, collector.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Report(id)
+	if err != nil {
+		t.Fatalf("the report is not in the collector: %v", err)
+	}
+	if !strings.Contains(d.Signature, "null_write") || d.Missing != 0 {
+		t.Errorf("collector: signature %q, %d crashed-thread frames without a symbol", d.Signature, d.Missing)
+	}
+	for _, want := range []string{"in the collector " + dir + ": group " + d.Group, "unwound serve --dir " + dir, "http://127.0.0.1:8080/group/" + d.Group} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}

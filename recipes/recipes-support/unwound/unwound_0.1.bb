@@ -63,6 +63,12 @@ DEPENDS += "go-native"
 #   UNWOUND_QUEUE_DIR:pn-unwound = "/data/unwound/queue"
 UNWOUND_QUEUE_DIR ?= "/var/lib/unwound/queue"
 
+# "on" when the image's kernel is 6.16 or later: the core_pattern line then
+# asks for the crashed process's pidfd (%F), which guards /proc/<pid>
+# against a reused pid (docs/kernel-modes.md). An older kernel passes an
+# empty --pidfd= and the handler runs as with "off".
+UNWOUND_PIDFD ?= "off"
+
 # Static binaries: no cgo, no PIE (fails without cgo on arm and riscv64),
 # no shared Go runtime. Not stripped here: the -dbg package gets the symbols.
 # do_compile and do_install are the recipe's own (go.bbclass's `go install`
@@ -99,6 +105,7 @@ do_install() {
         SYSCONFDIR=${sysconfdir} \
         QUEUE_DIR=${UNWOUND_QUEUE_DIR} \
         INIT=${UNWOUND_INIT} \
+        CORE_PATTERN_PIDFD=${UNWOUND_PIDFD} \
         PREBUILT=${B}/unwound-bin \
         BOARD_CMDS="unwound-handler unwound-uploader" \
         SYSTEMD_UNITDIR=${systemd_system_unitdir} \
