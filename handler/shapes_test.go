@@ -3,11 +3,15 @@ package handler
 import (
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
 )
@@ -97,7 +101,9 @@ var ehBiasVariants = []string{"gcc-ehbias-tables-dynamic", "gcc-ehbias-tables-st
 // bias, so every frame of the crashed thread equals gdb's: no repeated
 // frame at high trust (libunwindstack's
 // load_bias_different_section_bias_arm64 shape), no wrong frame at any
-// trust, and the walk reaches main.
+// trust, and the walk reaches main. On AArch64 and ARM, the program with
+// its section headers removed (the tables found from their segments
+// alone) has no wrong frame at high or medium trust either.
 func TestEhFrameSectionBias(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gdb comparisons: not in -short")
@@ -140,11 +146,43 @@ func TestEhFrameSectionBias(t *testing.T) {
 						if !fixture.Subsequence(namesOf(t, b, got), fixture.KnownChains[sc]) {
 							t.Errorf("the crashed thread does not reach main through %v: %s (stop %s: %s)", fixture.KnownChains[sc], framesOf(th), th.StopReason, th.StopDetail)
 						}
+						if arch != "x86_64" {
+							noSectionHeaders(t, b, sc, want)
+						}
 					})
 				}
 			}
 		})
 	}
+}
+
+// noSectionHeaders unwinds the same core with the program's section
+// headers removed (llvm-objcopy --strip-sections, as sstrip does): the
+// tables are then found through PT_GNU_EH_FRAME and PT_ARM_EXIDX alone,
+// whose bias is their segment's. The trace may be shorter or less
+// trusted (a static program has no PT_GNU_EH_FRAME: its code is then
+// walked without tables), never wrong at high or medium trust. Only on
+// qemu-user cores, where the handler is told the program's file.
+func noSectionHeaders(t *testing.T, b fixture.Binary, scenario string, want *fixture.Trace) {
+	objcopy, err := exec.LookPath("llvm-objcopy")
+	if err != nil {
+		t.Log("llvm-objcopy not installed: the copy without section headers is not unwound")
+		return
+	}
+	exe := filepath.Join(t.TempDir(), "crash")
+	if out, err := exec.Command(objcopy, "--strip-sections", b.Stripped(), exe).CombinedOutput(); err != nil {
+		t.Fatalf("llvm-objcopy: %v\n%s", err, out)
+	}
+	core, _ := fixture.Core(t, b, scenario)
+	got, err := Offline(OfflineOptions{CoreFile: core, Exe: exe, Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fig fixture.Figures
+	if trusted := countFigures(t, &fig, b, scenario, got, want); trusted > 0 {
+		t.Errorf("without section headers, %d wrong frames at high or medium trust: %s\nours: %s", trusted, strings.Join(fig.Cases, "; "), framesOf(got.Crashed()))
+	}
+	t.Logf("without section headers: %d of gdb's %d frames, wrong at low trust %v: %s", fig.Equal, fig.Want, fig.Cases, framesOf(got.Crashed()))
 }
 
 func crashedOf(tr *fixture.Trace) *fixture.Thread {
