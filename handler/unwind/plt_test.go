@@ -77,11 +77,17 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 	}
 	var cs []pcase
 	for _, ld := range []string{"bfd", "lld", "mold"} {
+		// x86: at the jump through the GOT, where a fault on the GOT's
+		// page stops the thread: after mold's mov $index, %r11d.
+		x86off := uint64(6)
+		if ld == "mold" {
+			x86off = 10
+		}
 		cs = append(cs,
 			pcase{"aarch64/" + ld, arch.AArch64, "aarch64-linux-gnu-gcc", nil, 4, 0},
 			pcase{"arm/" + ld, arch.ARM, "arm-linux-gnueabihf-gcc", nil, 4, 0},
 			pcase{"riscv64/" + ld, arch.RISCV64, "riscv64-linux-gnu-gcc", nil, 4, 0},
-			pcase{"x86_64/" + ld, arch.X86_64, "x86_64-linux-gnu-gcc", nil, 0, 0},
+			pcase{"x86_64/" + ld, arch.X86_64, "x86_64-linux-gnu-gcc", nil, x86off, 0},
 		)
 	}
 	cs = append(cs,
@@ -105,6 +111,9 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 			stub := st.Start
 			if st.Header {
 				stub += c.a.PLTHeader
+				if c.a == arch.X86_64 && ld == "mold" {
+					stub = st.Start + 32 // mold's resolver entry is 32 bytes
+				}
 			}
 			if stub >= st.End {
 				t.Fatalf("stub section %+v holds no stub after its header", st)

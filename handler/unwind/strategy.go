@@ -297,11 +297,14 @@ func (pltStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, errSkip
 	}
 	inHeader := st.Header && pc-st.Start < a.PLTHeader
+	if inHeader {
+		// The resolver's entry saves LR (ARM, AArch64), or pushes what
+		// the linker's stubs handed it in ways that differ (GNU ld's
+		// pushed index, mold's r11): no stub's frame.
+		return state{}, errors.New("plt: the pc is in the resolver's entry")
+	}
 	var next state
 	if a.PLTPushes == nil {
-		if inHeader {
-			return state{}, errors.New("plt: the pc is in the resolver's entry, which saves the link register")
-		}
 		n, err := u.fromLR(f.cur)
 		if err != nil {
 			return state{}, fmt.Errorf("plt: %w", err)
@@ -309,16 +312,12 @@ func (pltStrategy) step(u *unwinder, f *frame) (state, error) {
 		next = n
 	} else {
 		// Calls push the return address: count what the stub pushed on
-		// top of it. The resolver's entry is reached with the relocation
-		// index pushed by a stub.
-		entry, pushed := st.Start, 1
-		if !inHeader {
-			base := st.Start
-			if st.Header {
-				base += a.PLTHeader
-			}
-			entry, pushed = base+(pc-base)/a.PLTEntry*a.PLTEntry, 0
+		// top of it.
+		base := st.Start
+		if st.Header {
+			base += a.PLTHeader
 		}
+		entry, pushed := base+(pc-base)/a.PLTEntry*a.PLTEntry, 0
 		code := make([]byte, pc-entry)
 		if err := f.m.File.ReadCode(entry, code); err != nil {
 			return state{}, fmt.Errorf("plt: %w", err)

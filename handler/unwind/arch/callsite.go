@@ -229,7 +229,7 @@ func entryX86(code []byte) bool {
 // pltPushesX86 decodes a PLT stub from its start up to the PC (code holds
 // those bytes) and counts the pushes executed: a lazy stub pushes the
 // relocation index before it jumps to the resolver, which pushes the
-// GOT's link map. The instructions are those GNU ld, lld and mold write
+// GOT's link map (mold passes the index in r11, pushed by its resolver). The instructions are those GNU ld, lld and mold write
 // (with IBT and without); any other, or a PC inside an instruction, is
 // refused.
 func pltPushesX86(code []byte) (int, bool) {
@@ -264,6 +264,8 @@ var x86StubInsns = []struct {
 	{[]byte{0xf2, 0xff, 0x25}, 7, false},                   // bnd jmp *rel32(%rip)
 	{[]byte{0xff, 0x35}, 6, true},                          // push rel32(%rip)
 	{[]byte{0x68}, 5, true},                                // push $imm32
+	{[]byte{0x41, 0xbb}, 6, false},                         // mov $imm32, %r11d (mold: the index)
+	{[]byte{0x41, 0x53}, 2, true},                          // push %r11 (mold's resolver entry)
 	{[]byte{0xe9}, 5, false},                               // jmp rel32
 	{[]byte{0xf2, 0xe9}, 6, false},                         // bnd jmp rel32
 	{[]byte{0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00}, 6, false}, // nopw 0(%rax,%rax)
