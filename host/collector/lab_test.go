@@ -55,6 +55,8 @@ var labBugs = map[string]string{
 	"memcpy":      "wild-memcpy-in-mc2",
 	"recursion":   "stack-overflow-in-recurse",
 	"throw":       "uncaught-throw-in-thrower",
+	"chainstore":  "null-store-in-cs_leaf",
+	"killhandler": "null-store",
 }
 
 // labReport makes (or reuses from the fixture cache) the report of one
@@ -330,7 +332,7 @@ func TestLabTraces(t *testing.T) {
 var labScenario = map[string]string{}
 
 // labScenarios are every scenario of the fixture programs.
-var labScenarios = []string{"nullwrite", "abort", "raise", "nullfn", "memcpy", "sighandler", "sigaltstack", "threads", "alloca", "recursion", "throw"}
+var labScenarios = []string{"nullwrite", "abort", "raise", "nullfn", "memcpy", "sighandler", "sigaltstack", "threads", "alloca", "recursion", "throw", "chainstore", "killhandler"}
 
 // labRelease is one release of the lab fleet: a build of the fixture
 // programs (its own build ids and addresses) and the boards running it.
@@ -394,7 +396,7 @@ func labFleet(t *testing.T) (reports [][]byte, bug map[string]string, bins []fix
 	return reports, bug, bins, reps
 }
 
-// TestLabGrouping: 308 real reports of 7 bugs (by the default rules)
+// TestLabGrouping: 364 real reports of 8 bugs (by the default rules)
 // from 4 architectures and 2 releases built by different toolchains.
 // Half arrive before any symbols: they group by module+offset. Then the
 // programs' symbols arrive in DIR/symbols (as unwound symbols add lays
@@ -512,7 +514,7 @@ func checkLabGroups(t *testing.T, c *Collector, bug map[string]string, total int
 
 // With a project's own rule, null_write (a helper every path calls) is a
 // prefix frame like memcpy, and its callers tell the null stores apart:
-// 9 bugs, 9 groups.
+// 11 bugs, 11 groups.
 func TestLabGroupingProjectRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("makes real cores")
@@ -522,7 +524,7 @@ func TestLabGroupingProjectRules(t *testing.T) {
 	byCaller := map[string]string{
 		"nullwrite": "null-store-in-nw3", "threads": "null-store-in-nw3",
 		"sighandler": "null-store-in-handler", "sigaltstack": "null-store-in-handler",
-		"alloca": "null-store-in-vla",
+		"alloca": "null-store-in-vla", "killhandler": "null-store-in-kh2",
 	}
 	bug := map[string]string{}
 	for id, s := range labScenario {
@@ -546,8 +548,8 @@ func TestLabGroupingProjectRules(t *testing.T) {
 		}
 	}
 	checkLabGroups(t, c, bug, len(reports))
-	if gs, _ := c.Groups(Filter{}); len(gs) != 9 {
-		t.Fatalf("%d groups, want 9", len(gs))
+	if gs, _ := c.Groups(Filter{}); len(gs) != 11 {
+		t.Fatalf("%d groups, want 11", len(gs))
 	}
 }
 
