@@ -95,7 +95,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	if err := symbolizeCmd([]string{"--dir", collector, "--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{" in null_write at crash.c:23 [context, high]", " in nw3 at crash.c:26 [cfi, high]"} {
+	for _, want := range []string{fmt.Sprintf(" in null_write at crash.c:%d [context, high]", crashLine(t, "null_write")), fmt.Sprintf(" in nw3 at crash.c:%d [cfi, high]", crashLine(t, "nw3"))} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("symbolize --dir lacks %q:\n%s", want, text.String())
 		}
@@ -186,7 +186,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), " in nw3 at crash.c:26 [cfi, high]") || !strings.Contains(text.String(), "debug file fetched from http://"+addr) {
+	if !strings.Contains(text.String(), fmt.Sprintf(" in nw3 at crash.c:%d [cfi, high]", crashLine(t, "nw3"))) || !strings.Contains(text.String(), "debug file fetched from http://"+addr) {
 		t.Errorf("symbolize through the collector's debuginfod:\n%s", text.String())
 	}
 }
