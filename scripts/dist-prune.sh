@@ -16,6 +16,8 @@ tree=${1:?usage: dist-prune.sh TREE}
 cd "$tree"
 rm -rf host/collector host/web host/webtest host/loadtest host/sentry host/signature
 rm -f cmd/unwound/serve.go cmd/unwound/crashes.go cmd/unwound/sentry.go
+# make demo ends in a collector; the demo is the git tree's, not a build's.
+rm -rf qemu/cmd/demo
 # The commands' tests run the binaries end to end, the fleet's among them;
 # other tests that import the collector go too: the tree is for builds.
 rm -f cmd/*/*_test.go
