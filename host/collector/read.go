@@ -276,6 +276,11 @@ func (c *Collector) newestRelease() (string, error) {
 func (c *Collector) facets(group, facet, order string) ([]Facet, error) {
 	rows, err := c.db.Query(`SELECT value, count, first_seen, last_seen FROM facets
 		WHERE group_id = ? AND facet = ? AND count > 0 ORDER BY `+order, group, facet)
+	return scanFacets(rows, err)
+}
+
+// scanFacets reads rows of (value, count, first_seen, last_seen).
+func scanFacets(rows *sql.Rows, err error) ([]Facet, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -574,21 +579,7 @@ func (c *Collector) Releases() ([]ReleaseInfo, error) {
 func (c *Collector) Values(facet string) ([]Facet, error) {
 	rows, err := c.db.Query(`SELECT value, sum(count), min(first_seen), max(last_seen) FROM facets
 		WHERE facet = ? AND count > 0 GROUP BY value ORDER BY sum(count) DESC, value`, facet)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Facet{}
-	for rows.Next() {
-		var f Facet
-		var first, last int64
-		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
-			return nil, err
-		}
-		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return scanFacets(rows, err)
 }
 
 // List returns the kept reports, oldest first: GET /reports.
