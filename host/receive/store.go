@@ -129,7 +129,7 @@ func (s *Store) Put(data []byte, wantID string) (r *report.Report, stored bool, 
 		s.mu.Unlock()
 		return r, false, nil, nil
 	}
-	err = writeAtomic(s.Path(r.ID), data)
+	err = WriteFile(s.Path(r.ID), data, 0o644)
 	s.mu.Unlock()
 	if err == nil && s.OnStored != nil {
 		s.OnStored(r, data)
@@ -137,7 +137,9 @@ func (s *Store) Put(data []byte, wantID string) (r *report.Report, stored bool, 
 	return r, true, nil, err
 }
 
-func writeAtomic(path string, data []byte) error {
+// WriteFile writes a whole file or none, with permissions perm: a temp
+// file in the same directory, fsync, rename, fsync of the directory.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -150,7 +152,7 @@ func writeAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
+		err = os.Chmod(f.Name(), perm)
 	}
 	if err == nil {
 		err = os.Rename(f.Name(), path)

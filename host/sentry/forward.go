@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unwound-dev/unwound/host/receive"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
@@ -335,7 +336,7 @@ func (f *Forwarder) spool() {
 		}
 		if err == nil {
 			name := fmt.Sprintf("%020d-%s%s", time.Now().UnixNano(), id, entrySuffix)
-			err = writeAtomic(filepath.Join(f.outbox, name), payload)
+			err = receive.WriteFile(filepath.Join(f.outbox, name), payload, 0o600)
 		}
 		if err != nil {
 			f.o.Log("sentry: report %s: %v", in.Report.ID, err)
@@ -508,34 +509,5 @@ func (f *Forwarder) record(id, what string) error {
 	f.mu.Lock()
 	f.done[id] = true
 	f.mu.Unlock()
-	return nil
-}
-
-// writeAtomic writes a whole file or none: temp file, fsync, rename,
-// fsync of the directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	t, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = t.Write(data)
-	if err == nil {
-		err = t.Sync()
-	}
-	if cerr := t.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(t.Name(), path)
-	}
-	if err != nil {
-		os.Remove(t.Name())
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	return nil
 }
