@@ -237,8 +237,15 @@ func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
 // call: its target lands in the segment by chance only, and a false start
 // makes validation refuse more, never accept more.
 func callTargets(a *arch.Arch, f *module.File) []uint64 {
+	return sweep(f, a.CallTargets, nil)
+}
+
+// sweep runs the decoder dec over f's executable segment and returns the
+// addresses it emits inside the segment (that keep passes, when set),
+// sorted.
+func sweep(f *module.File, dec func([]byte, uint64, func(uint64)), keep func(uint64) bool) []uint64 {
 	start, size, ok := f.Code()
-	if !ok || a.CallTargets == nil || size > maxSweep {
+	if !ok || dec == nil || size > maxSweep {
 		return nil
 	}
 	seen := map[uint64]bool{}
@@ -257,14 +264,75 @@ func callTargets(a *arch.Arch, f *module.File) []uint64 {
 		if f.ReadCode(start+lo, code) != nil {
 			continue
 		}
-		a.CallTargets(code, start+lo, emit)
+		dec(code, start+lo, emit)
 	}
 	out := make([]uint64, 0, len(seen))
 	for t := range seen {
-		out = append(out, t)
+		if keep == nil || keep(t) {
+			out = append(out, t)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// takenBefore returns the highest address-taken function start at or
+// below the file address vaddr in f's code (arch.Taken): constants that
+// point into the code at bytes that open a frame.
+func (u *unwinder) takenBefore(f *module.File, vaddr uint64) (uint64, bool) {
+	a := u.p.Arch
+	t, ok := u.p.taken[f]
+	if !ok {
+		code := make([]byte, 8)
+		t = sweep(f, a.Taken, func(s uint64) bool {
+			return f.ReadCode(s, code) == nil && a.Entry != nil && a.Entry(code)
+		})
+		if u.p.taken == nil {
+			u.p.taken = map[*module.File][]uint64{}
+		}
+		u.p.taken[f] = t
+	}
+	i := sort.Search(len(t), func(i int) bool { return t[i] > vaddr }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return t[i], true
+}
+
+// frameSlot returns where the return address of cur's frame lies, from the
+// size of the frame the prologue of its function made (arch.FrameSize),
+// the function's start being the highest known one below the PC: direct
+// call targets, symbols, table entries and address-taken starts.
+func (u *unwinder) frameSlot(cur state) (uint64, bool) {
+	a := u.p.Arch
+	if a.FrameSize == nil || cur.spApprox {
+		return 0, false
+	}
+	mi, m := u.module(cur.pc)
+	if mi < 0 || m.File == nil {
+		return 0, false
+	}
+	b := m.Bias()
+	pc := lookupPC(cur) - b
+	s, ok := u.funcStart(m.File, pc)
+	if t, tok := u.takenBefore(m.File, pc); tok && (!ok || t > s) {
+		s, ok = t, true
+	}
+	if !ok {
+		return 0, false
+	}
+	// The bytes before the PC only: in frame 0 a prologue may be half done.
+	n := min(cur.pc-b-s, arch.MaxPrologue)
+	code := make([]byte, n)
+	if m.File.ReadCode(s, code) != nil {
+		return 0, false
+	}
+	size, ok := a.FrameSize(code)
+	sp, spok := cur.rs.Get(a.SP)
+	if !ok || !spok {
+		return 0, false
+	}
+	return sp + size, true
 }
 
 // isTrampoline reports whether code at pc is a signal-return trampoline.
@@ -299,6 +367,7 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 	buf := make([]byte, scanChunk)
 	var rejected int
 	var guess *state // the first word that passed, unconfirmed
+	var want uint64  // the return address's slot by the frame's size, above the guess
 	for off := uint64(0); off < maxScan; off += scanChunk {
 		n, _ := u.p.Mem.ReadAt(buf, int64(sp+off))
 		if n < int(ps) {
@@ -350,7 +419,15 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 				}
 			}
 			if guess != nil && a.Prologue == nil {
-				continue // only a recursion's word overrides the guess
+				if slot == want && err == nil && !u.isTrampoline(at) {
+					// The slot the function's prologue says its return
+					// address is in: the guess below it was a stale word
+					// in the frame's locals.
+					next := state{pc: w, raMem: true}
+					next.rs.Set(a.SP, slot+ps)
+					return next, nil
+				}
+				continue // only a recursion's word, or the frame's own slot, overrides the guess
 			}
 			if err != nil {
 				rejected++
@@ -393,6 +470,9 @@ func (u *unwinder) scan(cur state, confirmedOnly bool) (state, error) {
 			guess.rs.Set(a.SP, slot+ps)
 			if a.Prologue == nil && c.Direct {
 				return *guess, nil
+			}
+			if s, ok := u.frameSlot(cur); ok && s > slot {
+				want = s
 			}
 			// An indirect call's word names no callee: where no prologue
 			// is decoded (x86), a recursion's word further up says it is

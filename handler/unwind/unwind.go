@@ -62,6 +62,8 @@ type Process struct {
 
 	// targets caches each file's direct-call targets (callTargets).
 	targets map[*module.File][]uint64
+	// taken caches each file's address-taken function starts (takenStarts).
+	taken map[*module.File][]uint64
 }
 
 // Options bound one thread's walk.

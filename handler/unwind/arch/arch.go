@@ -70,6 +70,16 @@ type Arch struct {
 	// function looks the same. nil where not decoded.
 	Entry func(code []byte) bool
 
+	// Taken sweeps code (at file address vaddr) for code addresses loaded
+	// as constants (a function whose address is taken: main), and
+	// FrameSize decodes a function's prologue from its start up to the PC
+	// (at most MaxPrologue bytes) and returns the bytes it put below the
+	// return address. Where calls push the return address and no prologue
+	// analyzer runs (x86), they tell the scan which of two return
+	// addresses is the live one. nil where not decoded.
+	Taken     func(code []byte, vaddr uint64, emit func(target uint64))
+	FrameSize func(code []byte) (uint64, bool)
+
 	// PLTHeader is the size of the lazy resolver's entry that starts
 	// .plt: it saves the link register on ARM and AArch64, so a PC there
 	// is not a stub's. PLTEntry is the size of the stubs after it where

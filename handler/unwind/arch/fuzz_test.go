@@ -76,3 +76,27 @@ func FuzzTailIndirect(f *testing.F) {
 		tailIndirectARM(b, thumb)
 	})
 }
+
+// FuzzFrameSize feeds the x86 prologue and address-taken decoders
+// arbitrary code (a function's start, a mapped executable segment): no
+// panic on any length, and no frame larger than the bytes could push.
+func FuzzFrameSize(f *testing.F) {
+	f.Add([]byte{0x41, 0x54, 0x55, 0x53, 0x89, 0xfb, 0x48, 0x81, 0xec, 0xc0, 0, 0, 0}, uint64(0x401050))
+	f.Add([]byte{0x48, 0xc7, 0xc7, 0x50, 0x10, 0x40, 0x00, 0x48, 0x8d, 0x3d, 0x10}, uint64(0x1000))
+	f.Add([]byte{0x48, 0x81, 0xec}, uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, vaddr uint64) {
+		for _, a := range all {
+			if a.Taken != nil {
+				a.Taken(b, vaddr, func(uint64) {})
+			}
+			if a.FrameSize != nil {
+				if len(b) > MaxPrologue {
+					b = b[:MaxPrologue]
+				}
+				if n, ok := a.FrameSize(b); ok && n > 8*MaxPrologue+1<<24 {
+					t.Errorf("%s: frame of %#x bytes", a.Name, n)
+				}
+			}
+		}
+	})
+}

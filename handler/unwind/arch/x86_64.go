@@ -61,6 +61,8 @@ var X86_64 = &Arch{
 	PLTEntry:     16,
 	PLTPushes:    pltPushesX86,
 	Entry:        entryX86,
+	Taken:        takenX86,
+	FrameSize:    frameX86,
 	Strategies:   []string{"signal", "cfi", "plt", "lr", "fp", "scan"},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
