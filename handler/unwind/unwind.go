@@ -20,14 +20,14 @@ import (
 // Methods recorded per frame.
 const (
 	MethodContext  = "context" // frame 0, from the thread's registers
-	MethodCFI      = "cfi"
-	MethodEHABI    = "ehabi"
-	MethodFP       = "fp"
-	MethodLR       = "lr" // link register, or the return address at SP
-	MethodSignal   = "signal"
-	MethodPLT      = "plt"      // a linker's stub, stopped in: the caller is the link register
-	MethodPrologue = "prologue" // decoded from the function's prologue
-	MethodScan     = "scan"     // a validated return address found on the stack
+	MethodCFI      = string(arch.CFI)
+	MethodEHABI    = string(arch.EHABI)
+	MethodFP       = string(arch.FP)
+	MethodLR       = string(arch.LR) // link register, or the return address at SP
+	MethodSignal   = string(arch.Signal)
+	MethodPLT      = string(arch.PLT)      // a linker's stub, stopped in: the caller is the link register
+	MethodPrologue = string(arch.Prologue) // decoded from the function's prologue
+	MethodScan     = string(arch.Scan)     // a validated return address found on the stack
 )
 
 // Stop reasons.
@@ -173,7 +173,7 @@ func Unwind(p *Process, pc uint64, rs regs.Set, o Options) Result {
 		}
 		m, t := s.name(), s.trust()
 		if next.via != "" {
-			m, t = next.via, strategies[next.via].trust()
+			m, t = next.via, strategies[arch.Strategy(next.via)].trust()
 		}
 		nsp, _ := next.rs.Get(p.Arch.SP)
 		if next.pc == 0 && !next.exact {

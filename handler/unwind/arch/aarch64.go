@@ -41,7 +41,7 @@ var AArch64 = &Arch{
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
 		return prologue.AArch64(code, start, pc)
 	},
-	Strategies: []string{"signal", "plt", "cfi", "prologue", "lr", "fp", "scan"},
+	Strategies: []Strategy{Signal, PLT, CFI, Prologue, LR, FP, Scan},
 	MinInsn:    4,
 	Sigreturns: []Sigreturn{{
 		// vDSO __kernel_rt_sigreturn: mov x8, #139; svc #0

@@ -98,9 +98,9 @@ type Arch struct {
 	RASlotTop bool
 
 	// Strategies lists the unwinding strategies tried for each frame, in
-	// order, by name (package unwind defines them: signal, cfi, ehabi,
-	// prologue, lr, fp, scan).
-	Strategies []string
+	// order (package unwind implements each; it refuses to initialise if
+	// one listed here has no implementation).
+	Strategies []Strategy
 
 	// MinInsn is the size of the shortest call instruction: caller frames
 	// look up unwind rules at return address − 1, and a return address
@@ -209,6 +209,25 @@ func ByName(n string) (*Arch, error) {
 	}
 	return nil, fmt.Errorf("arch: unknown architecture %q", n)
 }
+
+// A Strategy names one way of recovering a frame's caller. The names are
+// what reports carry as a frame's method.
+type Strategy string
+
+// The strategies, in the order they are usually tried: exact ones first.
+const (
+	Signal   Strategy = "signal"   // a signal frame the kernel wrote
+	PLT      Strategy = "plt"      // a linker's stub: the caller is the link register
+	CFI      Strategy = "cfi"      // DWARF call frame information
+	EHABI    Strategy = "ehabi"    // ARM's exception tables
+	Prologue Strategy = "prologue" // decoded from the function's prologue
+	LR       Strategy = "lr"       // the link register, or the return address at SP
+	FP       Strategy = "fp"       // the frame-pointer chain
+	Scan     Strategy = "scan"     // a validated return address found on the stack
+)
+
+// All is every architecture this package describes.
+var All = all
 
 var all = []*Arch{X86_64, AArch64, RISCV64, ARM}
 

@@ -60,7 +60,7 @@ var ARM = &Arch{
 	CallTargets:  sweepARM,
 	TailIndirect: tailIndirectARM,
 	PLTHeader:    32, // str lr, [sp, #-4]!; … (GNU ld 20 bytes, lld 32)
-	Strategies:   []string{"signal", "plt", "cfi", "ehabi", "prologue", "lr", "fp", "scan"},
+	Strategies:   []Strategy{Signal, PLT, CFI, EHABI, Prologue, LR, FP, Scan},
 	MinInsn:      2,
 	ThumbBit:     true,
 	Prologue:     prologue.ARM,

@@ -44,7 +44,7 @@ var RISCV64 = &Arch{
 	CallTargets: sweepRISCV,
 	TailBranch:  tailRISCV,
 	PLTHeader:   32, // uses t0-t3 only, but is no stub
-	Strategies:  []string{"signal", "plt", "cfi", "prologue", "lr", "fp", "scan"},
+	Strategies:  []Strategy{Signal, PLT, CFI, Prologue, LR, FP, Scan},
 	MinInsn:     2,
 	Prologue: func(code []byte, start, pc uint64, _ bool) (*prologue.Frame, error) {
 		return prologue.RISCV(code, start, pc)

@@ -63,7 +63,7 @@ var X86_64 = &Arch{
 	Entry:        entryX86,
 	Taken:        takenX86,
 	FrameSize:    frameX86,
-	Strategies:   []string{"signal", "cfi", "plt", "lr", "fp", "scan"},
+	Strategies:   []Strategy{Signal, CFI, PLT, LR, FP, Scan},
 	MinInsn:      1,
 	Sigreturns: []Sigreturn{{
 		// mov $15,%rax; syscall: glibc's and musl's __restore_rt. The
