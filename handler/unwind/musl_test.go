@@ -370,3 +370,38 @@ func TestScanRefusesOwnIndirectCall(t *testing.T) {
 		t.Errorf("frame 1 is not the caller %#x (stop %s: %s)", uint64(caller+0x14), r.Stop, r.Detail)
 	}
 }
+
+// x86, no tables (musl's static programs built with
+// -fno-asynchronous-unwind-tables): main was called through a pointer,
+// and in its locals lies a stale return address after __libc_start_init's
+// call through .init_array, which no check can reject. main's address is
+// taken (_start_c hands it to __libc_start_main: lea main(%rip), PIE), its prologue pushes three
+// registers and subtracts 0x20: the return address is at SP+0x38, and the
+// scan takes that word over the stale one below it.
+func TestX86ScanPrefersFrameSizeOverStaleIndirect(t *testing.T) {
+	f := newFake(t, arch.X86_64)
+	const start, main, initf, stage2 = 0x10100, 0x10200, 0x10400, 0x10600
+	f.code(start, 0x48, 0x8d, 0x3d, main-start-7, (main-start-7)>>8, 0, 0) // lea main(%rip),%rdi
+	f.code(main,
+		0x41, 0x54, // push %r12
+		0x55,       // push %rbp
+		0x53,       // push %rbx
+		0x89, 0xfb, // mov %edi,%ebx
+		0x48, 0x83, 0xec, 0x20) // sub $0x20,%rsp
+	f.code(main+0x10, 0x0f, 0x0b)   // ud2: the crash
+	f.code(initf+0x10, 0xff, 0x13)  // call *(%rbx)
+	f.code(stage2+0x10, 0xff, 0xd3) // call *%rbx
+	f.withFile()
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+8, initf+0x12)     // stale
+	f.word(sp+0x38, stage2+0x12) // main's return address
+	var rs regs.Set
+	rs.Set(arch.X86_64.SP, sp)
+	r := f.unwind(main+0x10, rs, Options{})
+	if len(r.Frames) < 2 {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:2]},
+		want{main + 0x10, MethodContext, TrustHigh},
+		want{stage2 + 0x12, MethodScan, TrustLow})
+}
