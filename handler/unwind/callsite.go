@@ -158,6 +158,17 @@ func (e *siteBetween) Error() string {
 	return fmt.Sprintf("the call at %#x lies between its target and the pc", e.site)
 }
 
+// targetBetween: a direct call's target lies between the call's own target
+// and the PC. Only the sweep of direct calls (targetBefore) says so, and
+// it decodes data and the middle of instructions too: on x86 a false
+// target is common, and the frame's size may still prove the call right
+// (scanStrategy.sized).
+type targetBetween struct{ start, target uint64 }
+
+func (e *targetBetween) Error() string {
+	return fmt.Sprintf("a call targets %#x, between the call's target %#x and the pc", e.start, e.target)
+}
+
 // maxTail bounds the jumps followed from a call's target.
 const maxTail = 2
 
@@ -185,7 +196,7 @@ func (u *unwinder) reaches(tmod *module.Module, otherModule bool, site, target, 
 			return fmt.Errorf("a function starts at %#x, between the call's target %#x and the pc", s+b, target)
 		}
 		if s, ok := u.targetBefore(tmod.File, pc-b); ok && s > target-b {
-			return fmt.Errorf("a call targets %#x, between the call's target %#x and the pc", s+b, target)
+			return &targetBetween{s + b, target}
 		}
 	}
 	return nil

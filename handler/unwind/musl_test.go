@@ -405,3 +405,33 @@ func TestX86ScanPrefersFrameSizeOverStaleIndirect(t *testing.T) {
 		want{main + 0x10, MethodContext, TrustHigh},
 		want{stage2 + 0x12, MethodScan, TrustLow})
 }
+
+// x86, no tables: the sweep of direct calls decodes the middle of
+// instructions too (glibc's `mov %r13d,%eax; jmp …` reads as a call), and
+// such a false target between a function's start and the PC made the scan
+// refuse the live return address and take the next one up, skipping main.
+// The call names the function, whose `sub $0x28,%rsp` puts the return
+// address in the very slot it was found in: that confirms it.
+func TestX86ScanFrameSizeOverridesFalseTarget(t *testing.T) {
+	f := newFake(t, arch.X86_64)
+	const main, threads, other, false_ = 0x10200, 0x10400, 0x10600, 0x10800
+	f.code(main+0x10, callX86(main+0x10, threads)...)
+	f.code(threads, 0x48, 0x83, 0xec, 0x28) // sub $0x28,%rsp
+	f.code(threads+0x40, 0x0f, 0x0b)        // ud2: the crash
+	// A call whose target falls between threads and the PC.
+	f.code(false_, callX86(false_, threads+0x20)...)
+	f.code(other+0x10, 0xff, 0xd3) // call *%rbx: the next return address up
+	f.withFile()
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+0x28, main+0x15)
+	f.word(sp+0x38, other+0x12)
+	var rs regs.Set
+	rs.Set(arch.X86_64.SP, sp)
+	r := f.unwind(threads+0x40, rs, Options{})
+	if len(r.Frames) < 2 {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:2]},
+		want{threads + 0x40, MethodContext, TrustHigh},
+		want{main + 0x15, MethodScan, TrustLow})
+}

@@ -136,6 +136,12 @@ func (strat scanStrategy) scan(u *unwinder, cur state, confirmedOnly bool) (stat
 			}
 			c, err := u.callSite(w, cur, true)
 			slot := sp + off + uint64(i)
+			var tb *targetBetween
+			if errors.As(err, &tb) && strat.sized(u, c, cur, slot) {
+				// The function the call names puts its return address in
+				// this very slot: the start between was a false one.
+				err = nil
+			}
 			var sb *siteBetween
 			if errors.As(err, &sb) {
 				// A recursion, if the function's prologue saved its return
@@ -285,4 +291,27 @@ func (scanStrategy) confirm(u *unwinder, c arch.Call, cur state, slot uint64) (s
 	next.via = MethodPrologue
 	next.raMem = true
 	return next, true, nil
+}
+
+// sized reports whether the prologue of the function a direct call c
+// targets, decoded up to the frame's PC, leaves the return address in
+// slot (arch.FrameSize): where no prologue analyzer runs (x86), that
+// the call names the frame's function and its frame ends at this very
+// word is what confirms it.
+func (scanStrategy) sized(u *unwinder, c arch.Call, cur state, slot uint64) bool {
+	a := u.p.Arch
+	if a.FrameSize == nil || !c.Direct || cur.spApprox || c.Target > cur.pc {
+		return false
+	}
+	mi, m := u.module(cur.pc)
+	if mi < 0 || m.File == nil || module.Find(u.p.Modules, c.Target) != mi {
+		return false
+	}
+	code := make([]byte, min(cur.pc-c.Target, arch.MaxPrologue))
+	if m.File.ReadCode(c.Target-m.Bias(), code) != nil {
+		return false
+	}
+	size, ok := a.FrameSize(code)
+	sp, _ := cur.rs.Get(a.SP)
+	return ok && sp+size == slot
 }
