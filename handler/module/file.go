@@ -204,6 +204,9 @@ func Load(r io.ReaderAt) (*File, error) {
 			}
 		}
 	}
+	if len(f.Exidx) > 0 && f.Extab == nil {
+		f.Extab, f.ExtabAddr = f.extabFromExidx(ef.ByteOrder)
+	}
 	if len(f.Exidx) > 0 {
 		t, err := ehabi.New(f.Exidx, f.ExidxAddr, f.Extab, f.ExtabAddr, ef.ByteOrder)
 		if err != nil {
@@ -279,6 +282,44 @@ func (f *File) ehFrameFromHdr(hdr []byte, hdrAddr uint64, ca cfi.Arch) ([]byte, 
 			}
 			return b, addr
 		}
+	}
+	return nil, 0
+}
+
+// maxExtabEntry bounds the bytes read past the last .ARM.extab entry an
+// index entry points to: a personality routine's word and its unwind
+// instructions, at most 255 further words of them.
+const maxExtabEntry = 4 + 4 + 255*4
+
+// extabFromExidx finds .ARM.extab in a file without section headers (sstrip,
+// llvm-objcopy --strip-sections): the index entries that are not inline
+// point into it, and the segment holding those addresses holds the table.
+// It returns the bytes from the lowest entry to past the highest, within
+// that segment.
+func (f *File) extabFromExidx(order binary.ByteOrder) ([]byte, uint64) {
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	for i := 0; i+8 <= len(f.Exidx); i += 8 {
+		w := order.Uint32(f.Exidx[i+4:])
+		if w == 1 || w&0x80000000 != 0 {
+			continue // EXIDX_CANTUNWIND, or the instructions inline
+		}
+		at := f.ExidxAddr + uint64(i) + 4
+		a := uint64(int64(at)+int64(int32(w<<1)>>1)) & 0xffffffff
+		lo, hi = min(lo, a), max(hi, a)
+	}
+	if hi < lo {
+		return nil, 0
+	}
+	for _, s := range f.loads {
+		if lo < s.Vaddr || lo-s.Vaddr >= s.Filesz || hi-s.Vaddr >= s.Filesz {
+			continue
+		}
+		n := min(hi-lo+maxExtabEntry, s.Filesz-(lo-s.Vaddr), MaxSection)
+		b, err := readSized(f.r, s.Off+(lo-s.Vaddr), n)
+		if err != nil {
+			return nil, 0
+		}
+		return b, lo
 	}
 	return nil, 0
 }
