@@ -203,8 +203,14 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 		closeAll(handW, statusR, errR)
 		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)
 	}
+	// With the log on stderr (UNWOUND_LOG_STDERR) the child's lines go
+	// there too, as they would unsupervised.
+	var sink io.Writer = ch.stderr
+	if w := c.log.passthrough(); w != nil {
+		sink = io.MultiWriter(ch.stderr, w)
+	}
 	go func() {
-		io.Copy(ch.stderr, errR)
+		io.Copy(sink, errR)
 		errR.Close()
 		st, err := ch.proc.Wait()
 		ch.done <- waitResult{st, err}

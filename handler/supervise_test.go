@@ -197,6 +197,20 @@ func TestSupervisedChildReports(t *testing.T) {
 	}
 }
 
+// With the log on stderr, a supervised child's lines reach it: a report
+// the child cannot store is said there, not lost in silence (issue 29).
+func TestSupervisedChildLogPassesThrough(t *testing.T) {
+	// The first [queue] dir counts: one that cannot be a directory.
+	h := newHandlerEnv(t, "supervise = true\n[queue]\ndir = \"/dev/null/q\"")
+	run := h.run(t, handlerBinary(t, ""), stackCore().bytes(), noProcArgs, false)
+	if run.rc != 0 || len(run.reports) != 0 {
+		t.Fatalf("exit %d, %d reports; stderr:\n%s", run.rc, len(run.reports), run.log)
+	}
+	if !strings.Contains(run.log, "for pid 999999999 lost") {
+		t.Errorf("the child's \"report lost\" line is not on stderr:\n%s", run.log)
+	}
+}
+
 // Dump mode 2 (a process that changed credentials) follows
 // handler.dump_mode_policy: the usual report, the registers alone, or
 // nothing but a count in the next report.
