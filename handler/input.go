@@ -18,19 +18,23 @@ import (
 // assembles, stores and logs alike for every mode.
 //
 // A new input mode is one more constructor. Issue 28's coredump socket
-// server, say, per connection: the net.Conn as stream and closer (with
-// its read deadline set), skip nil (a socket cannot be spliced into
-// /dev/null), args with the peer's pid (SO_PEERCRED) and, when known,
-// its exe and signal, pidfd from openPidfd on the peer's pidfd
-// (SO_PEERPIDFD), held and queued set. It then runs in the server's own
-// process, without fork or exec:
+// server, say, per connection: the accepted socket as stream and closer
+// (an *os.File in non-blocking mode with its read deadline set, as
+// pipeReader makes the pipe: package net stays out of the handler), skip
+// nil (splice takes no socket to /dev/null), args with the peer's pid
+// (SO_PEERCRED) and, when known, its exe and signal, pidfd from
+// openPidfd on the peer's pidfd (SO_PEERPIDFD), held and queued set. It
+// then runs in the server's own process, without fork or exec:
 //
 //	c := newCrash(e, in, time.Now())
 //	c.pipeline((*crash).unwindHere)
 //
 // with the same admission, deadline, freeze budget and queue as the
 // kernel's pipe; e is one env (config, log, admission policy) for the
-// server.
+// server. What RunKernel does to its own process stays there: the hard
+// deadline (os.Exit), the memory limits, oom_score_adj. One thing is
+// still process-wide: module.SetIODeadline, which crashes handled at the
+// same time would have to share (the latest deadline).
 type input struct {
 	stream io.Reader // the core as it streams in; nil for a file
 	file   *os.File  // a core on disk, read at random; nil for a stream

@@ -40,6 +40,10 @@ func RunKernel(o KernelOptions) int {
 	e.drift = func() { LogDrift(e.log, o.ProcSys, o.ConfigPath, e.cfg.RateLimit.MaxConcurrent) }
 	pfd := kernelPidfd(e.log, o.Pidfd, ka.PID)
 	in := pipeInput(o.Stdin, nil, ka, len(o.Args), pfd, start.Add(e.cfg.Handler.Deadline.D()))
+	// Under a crash storm, a handler the OOM killer takes first is
+	// better than a service. (The process's own setting: a server
+	// handling crashes in process would not take it.)
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	c := newCrash(e, in, start)
 	c.out.errs = notes
 	work := (*crash).unwindHere

@@ -85,9 +85,6 @@ func (c *crash) admit() (*admit.Ticket, bool) {
 		}
 		return nil, false
 	}
-	// Under a crash storm, a handler the OOM killer takes first is
-	// better than a service.
-	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	exeKey := ka.Exe
 	if exeKey == "" {
 		exeKey = ka.Comm
