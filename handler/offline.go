@@ -22,7 +22,7 @@ import (
 // OfflineOptions drive --core-file: a core on disk or on stdin, modules
 // from a sysroot, the report printed, nothing written anywhere else.
 type OfflineOptions struct {
-	CoreFile string // path, or "-" for stdin (read as a stream, like the kernel's pipe)
+	CoreFile string // path, or "-" for stdin (streamed like the kernel's pipe; a regular file is read as one)
 	Exe      string // the main program, for cores without NT_FILE
 	Sysroot  string // where NT_FILE paths are looked up; default /
 	Config   *config.Config

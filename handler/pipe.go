@@ -122,9 +122,6 @@ func (r *coreReader) skip(n int64) (int64, error) {
 // then lets the process go.
 func (c *crash) saveCore() {
 	out := c.saved
-	if out == nil {
-		return
-	}
 	c.saved = nil
 	if f, ok := c.in.closer.(*os.File); ok {
 		f.SetReadDeadline(time.Now().Add(60 * time.Second))

@@ -34,9 +34,13 @@ func (c *crash) pipeline(work func(*crash) *report.Report) *report.Report {
 		}
 	}
 	r := work(c)
-	c.saveCore()
-	if r != nil {
-		r.Handler.FrozenMS = c.out.frozen.Milliseconds()
+	if c.saved != nil {
+		// Debug mode: the process was held until the whole core is in
+		// the file.
+		c.saveCore()
+		if r != nil {
+			r.Handler.FrozenMS = c.out.frozen.Milliseconds()
+		}
 	}
 	c.release()
 	c.close()

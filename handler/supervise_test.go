@@ -266,3 +266,24 @@ func TestHandoverRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// handler.save_core_dir keeps the whole core, as it streamed in, beside
+// the report, supervised or not.
+func TestSupervisedSaveCoreDir(t *testing.T) {
+	core := stackCore().bytes()
+	for _, sup := range []string{"true", "false"} {
+		save := t.TempDir()
+		h := newHandlerEnv(t, "supervise = "+sup+"\nsave_core_dir = \""+save+"\"")
+		run := h.run(t, handlerBinary(t, ""), core, noProcArgs, false)
+		if run.rc != 0 || len(run.reports) != 1 || run.reports[0].Handler.Mode != "stream" {
+			t.Fatalf("supervise=%s: exit %d, %d reports; stderr:\n%s", sup, run.rc, len(run.reports), run.log)
+		}
+		saved, _ := filepath.Glob(filepath.Join(save, "core.999999999.*"))
+		if len(saved) != 1 {
+			t.Fatalf("supervise=%s: saved %q", sup, saved)
+		}
+		if b, _ := os.ReadFile(saved[0]); !bytes.Equal(b, core) {
+			t.Errorf("supervise=%s: saved %d bytes, the core has %d", sup, len(b), len(core))
+		}
+	}
+}
