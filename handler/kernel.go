@@ -16,7 +16,7 @@ import (
 type KernelOptions struct {
 	ConfigPath string
 	Args       []string // the expanded PatternSpecifiers
-	Stdin      *os.File // the core pipe
+	Stdin      *os.File // the core pipe; a regular file is read as a core file (pipeInput)
 	Log        *Logger
 	// ProcSys is where the kernel's crash settings are checked for drift
 	// (default /proc/sys).
