@@ -159,7 +159,7 @@ func (c *crash) unwindHere() *report.Report {
 			// What is not kept is spliced into /dev/null, never copied.
 			stream.Skip = func(_ io.Reader, n int64) (int64, error) { return c.in.skip(n) }
 		}
-		if c.held(stream) {
+		if c.captureHeld(stream) {
 			return c.report() // unwound live
 		}
 	case stream == nil:
@@ -207,12 +207,12 @@ func (c *crash) placeModules() {
 	}
 }
 
-// held captures the memory of a process the kernel holds: live from
+// captureHeld captures the memory of a process the kernel holds: live from
 // /proc/<pid>/mem within the freeze budget (live.go), which also unwinds;
 // when that cannot be, from the core (the stack windows of the stream, or
 // the file), the files through /proc/<pid> while it lasts. It reports
 // whether it unwound.
-func (c *crash) held(stream *coredump.Stream) bool {
+func (c *crash) captureHeld(stream *coredump.Stream) bool {
 	otherMountNS := c.procOK() && namespaceDiffers(c.proc.pid, "mnt")
 	err := c.live()
 	if err == nil {
