@@ -24,8 +24,11 @@ import (
 // DefaultPath is where packages install the config.
 const DefaultPath = "/etc/unwound/unwound.toml"
 
-// MaxSize bounds the config file: it is read on every crash.
-const MaxSize = 64 << 10
+// MaxSize bounds the config file, which is read on every crash. It is a
+// hard limit against a runaway file, far above a real config (a few KB):
+// a file cut at a smaller cap lost the keys past it, and with them, when
+// [queue] came last, where reports go.
+const MaxSize = 1 << 20
 
 // Config is the whole file.
 type Config struct {
@@ -276,8 +279,9 @@ func (e *Error) Error() string {
 // Load reads and checks the file at path. A file that cannot be read is
 // (nil, the error). Otherwise Load returns what Parse returns: the config
 // with every good key, and an error naming the key and line of each bad
-// one. Only the first MaxSize bytes are read, up to their last full line:
-// a larger file is an error, but the keys in those bytes count.
+// one. A file up to MaxSize is read whole; of a larger one, only the
+// first MaxSize bytes up to their last full line: that is an error, but
+// the keys in those bytes count.
 func Load(path string) (*Config, error) {
 	text, err := regular.ReadFile(path, MaxSize)
 	if err != nil {

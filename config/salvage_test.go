@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -132,12 +133,33 @@ func TestLoadLargeFile(t *testing.T) {
 	p := filepath.Join(dir, "big.toml")
 	os.WriteFile(p, []byte(text+pad+"[serial]\nbaud = 9600\n"), 0o644)
 	c, err := LoadOrDefault(p)
-	if err == nil || !strings.Contains(err.Error(), "larger than 65536 bytes: this line and the rest are ignored") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("larger than %d bytes: this line and the rest are ignored", MaxSize)) {
 		t.Errorf("err = %v", err)
 	}
 	checkBoard(t, c, false)
 	if c.Serial.Baud != 115200 {
 		t.Errorf("a key past MaxSize was read: baud %d", c.Serial.Baud)
+	}
+}
+
+// TestLoadQueuePastOldCap: a vendor's config that grew past the old
+// 64 KiB cap (comments, a long attribute table) is read whole, so its
+// [queue] dir, at the end, still says where reports go.
+func TestLoadQueuePastOldCap(t *testing.T) {
+	dir := t.TempDir()
+	pad := strings.Repeat("# a long comment, the kind a vendor pastes a licence into\n", 100<<10/50)
+	text := "[handler]\ndeadline = \"2s\"\n" + pad + "[queue]\ndir = \"/data/unwound/queue\"\n"
+	if len(text) <= 64<<10 || len(text) > MaxSize {
+		t.Fatalf("%d bytes: not between the old cap and MaxSize", len(text))
+	}
+	p := filepath.Join(dir, "big.toml")
+	os.WriteFile(p, []byte(text), 0o644)
+	c, err := LoadOrDefault(p)
+	if err != nil {
+		t.Errorf("err = %v", err)
+	}
+	if c.Queue.Dir != "/data/unwound/queue" || c.Handler.Deadline.D() != 2*time.Second {
+		t.Errorf("queue.dir %q, deadline %v: a key was lost", c.Queue.Dir, c.Handler.Deadline.D())
 	}
 }
 

@@ -24,24 +24,24 @@ func (c *crash) report() *report.Report {
 	r := &report.Report{
 		Version: report.Version,
 		ID:      report.NewID(),
-		Time:    c.kernelTime,
+		Time:    c.proc.time,
 		Arch:    "unknown",
-		PID:     c.pid,
-		TID:     c.tid,
-		Exe:     c.exe,
-		Cmdline: c.cmdline,
-		Partial: c.partial,
-		Handler: report.Handler{Version: version.Version, Mode: c.mode},
+		PID:     c.proc.pid,
+		TID:     c.proc.tid,
+		Exe:     c.proc.exe,
+		Cmdline: c.proc.cmdline,
+		Partial: c.out.partial,
+		Handler: report.Handler{Version: version.Version, Mode: c.out.mode},
 	}
-	if c.arch != nil {
-		r.Arch = c.arch.Name
+	if c.img.arch != nil {
+		r.Arch = c.img.arch.Name
 	}
 	if r.Time == 0 {
 		r.Time = time.Now().Unix()
 	}
 	r.TimeTrusted = report.TrustedTime(r.Time)
 	r.Signal = c.signalBlock()
-	if core := c.core; core != nil {
+	if core := c.img.core; core != nil {
 		if core.PRPSInfo != nil {
 			r.Comm = core.PRPSInfo.Fname
 			if r.PID == 0 {
@@ -52,10 +52,10 @@ func (c *crash) report() *report.Report {
 			r.TID = core.Threads[0].TID
 		}
 	}
-	r.Errors = c.errs
+	r.Errors = c.out.errs
 	r.BootID = readTrim("/proc/sys/kernel/random/boot_id")
 	r.Kernel = readTrim("/proc/sys/kernel/osrelease")
-	r.DeviceID = c.cfg.DeviceID()
+	r.DeviceID = c.env.cfg.DeviceID()
 	// os-release(5): the first file that exists, in one small read (a
 	// real one is well under the bound; a larger one is cut, not refused).
 	for _, p := range osReleasePaths {
@@ -64,18 +64,18 @@ func (c *crash) report() *report.Report {
 			break
 		}
 	}
-	if a := c.cfg.Device.Attributes; len(a) > 0 {
+	if a := c.env.cfg.Device.Attributes; len(a) > 0 {
 		r.Device = &report.Device{Attributes: a}
 	}
 	r.Modules, r.Threads = []report.Module{}, []report.Thread{}
-	if c.core != nil && c.arch != nil {
+	if c.img.core != nil && c.img.arch != nil {
 		c.assembleThreads(r)
 	} else {
 		r.Partial = true
 	}
 	r.Handler.DurationMS = time.Since(c.start).Milliseconds()
-	r.Handler.FrozenMS = c.frozen.Milliseconds()
-	withholdData(r, c.core)
+	r.Handler.FrozenMS = c.out.frozen.Milliseconds()
+	withholdData(r, c.img.core)
 	return r
 }
 
@@ -83,21 +83,21 @@ func (c *crash) report() *report.Report {
 // else the crashing thread's prstatus.
 func (c *crash) signalBlock() report.Signal {
 	var s report.Signal
-	sig := c.signal
-	if c.core != nil {
-		if si := c.core.SigInfo; si != nil {
+	sig := c.proc.signal
+	if c.img.core != nil {
+		if si := c.img.core.SigInfo; si != nil {
 			sig = int(si.Signo)
 			s.Code = int(si.Code)
 			if report.HasFaultAddr(sig, s.Code) {
 				a := report.Hex(si.Addr)
-				if c.cfg.Handler.MaskFaultAddr {
+				if c.env.cfg.Handler.MaskFaultAddr {
 					a = report.MaskToPage(a)
 				}
 				s.FaultAddr = &a
 			}
 			s.CodeName = report.CodeName(sig, s.Code)
-		} else if sig == 0 && len(c.core.Threads) > 0 {
-			sig = c.core.Threads[0].Signal
+		} else if sig == 0 && len(c.img.core.Threads) > 0 {
+			sig = c.img.core.Threads[0].Signal
 		}
 	}
 	s.Number, s.Name = sig, report.SignalName(sig)
@@ -108,15 +108,15 @@ func (c *crash) signalBlock() report.Signal {
 // re-indexed, and every thread's frames.
 func (c *crash) assembleThreads(r *report.Report) {
 	used := map[int]bool{}
-	for _, res := range c.results {
+	for _, res := range c.out.results {
 		for _, f := range res.Frames {
 			if f.Module >= 0 {
 				used[f.Module] = true
 			}
 		}
 	}
-	for i, m := range c.mods {
-		if module.CleanPath(m.Path) == c.exe && c.exe != "" {
+	for i, m := range c.img.mods {
+		if module.CleanPath(m.Path) == c.proc.exe && c.proc.exe != "" {
 			used[i] = true
 		}
 	}
@@ -127,7 +127,7 @@ func (c *crash) assembleThreads(r *report.Report) {
 	sort.Ints(idx)
 	remap := map[int]int{}
 	for n, i := range idx {
-		m := c.mods[i]
+		m := c.img.mods[i]
 		if m.File == nil && m.Err == nil {
 			c.load(m) // the exe, listed for its build ID
 		}
@@ -143,8 +143,8 @@ func (c *crash) assembleThreads(r *report.Report) {
 		r.Modules = append(r.Modules, rm)
 	}
 	for i, t := range c.threads() {
-		res, ok := c.results[t.TID]
-		th := report.Thread{TID: t.TID, Name: c.names[t.TID], Crashed: i == 0, Frames: []report.Frame{}}
+		res, ok := c.out.results[t.TID]
+		th := report.Thread{TID: t.TID, Name: c.proc.names[t.TID], Crashed: i == 0, Frames: []report.Frame{}}
 		if !ok {
 			res = unwind.Result{Stop: unwind.StopDeadline}
 			r.Partial = true
@@ -152,7 +152,7 @@ func (c *crash) assembleThreads(r *report.Report) {
 		th.StopReason, th.StopDetail = res.Stop, res.Detail
 		if res.Elided > 0 {
 			th.Elided = res.Elided
-			th.ElidedAt = (c.cfg.Handler.MaxFrames + 1) / 2
+			th.ElidedAt = (c.env.cfg.Handler.MaxFrames + 1) / 2
 		}
 		for _, f := range res.Frames {
 			rf := report.Frame{PC: report.Hex(f.PC), Method: f.Method, Trust: f.Trust.String(), Module: -1, Exact: f.Exact, Thumb: f.Thumb, Note: f.Note}
@@ -176,49 +176,49 @@ var errNotRead = errors.New("not read: registers-only report")
 // no unwinding takes place), and the modules from NT_FILE they fall in,
 // which are not read.
 func (c *crash) registersResults() {
-	c.mode = "registers"
-	c.partial = true
-	if c.arch == nil {
+	c.out.mode = "registers"
+	c.out.partial = true
+	if c.img.arch == nil {
 		return
 	}
-	c.mods = module.Group(fileMaps(c.core))
-	for _, m := range c.mods {
+	c.img.mods = module.Group(fileMaps(c.img.core))
+	for _, m := range c.img.mods {
 		m.Err = errNotRead
 	}
-	if i := c.entryModule(); i >= 0 && c.exe == "" {
-		c.exe = module.CleanPath(c.mods[i].Path)
+	if i := c.entryModule(); i >= 0 && c.proc.exe == "" {
+		c.proc.exe = module.CleanPath(c.img.mods[i].Path)
 	}
-	c.results = map[int]unwind.Result{}
+	c.out.results = map[int]unwind.Result{}
 	for _, t := range c.threads() {
-		pc, rs, err := c.arch.FromPRStatus(t.Regs)
+		pc, rs, err := c.img.arch.FromPRStatus(t.Regs)
 		if err != nil {
-			c.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
+			c.out.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
 			continue
 		}
-		thumb := c.arch.Thumb(t.Regs)
+		thumb := c.img.arch.Thumb(t.Regs)
 		if thumb {
 			pc &^= 1
 		}
 		res := unwind.Result{Stop: "registers_only", Frames: []unwind.Frame{
-			{PC: pc, Method: "context", Module: module.Find(c.mods, pc), Exact: true, Thumb: thumb}}}
-		if c.arch.LR >= 0 {
-			if lr, ok := rs.Get(c.arch.LR); ok && lr != 0 {
-				lr = c.arch.StripPAC(lr, t.PACMask)
-				lthumb := c.arch.Name == "arm" && lr&1 != 0
+			{PC: pc, Method: "context", Module: module.Find(c.img.mods, pc), Exact: true, Thumb: thumb}}}
+		if c.img.arch.LR >= 0 {
+			if lr, ok := rs.Get(c.img.arch.LR); ok && lr != 0 {
+				lr = c.img.arch.StripPAC(lr, t.PACMask)
+				lthumb := c.img.arch.Name == "arm" && lr&1 != 0
 				lr &^= 1
-				res.Frames = append(res.Frames, unwind.Frame{PC: lr, Method: "lr", Module: module.Find(c.mods, lr), Thumb: lthumb,
+				res.Frames = append(res.Frames, unwind.Frame{PC: lr, Method: "lr", Module: module.Find(c.img.mods, lr), Thumb: lthumb,
 					Note: "link register at the crash, not checked by an unwind"})
 			}
 		}
-		c.results[t.TID] = res
+		c.out.results[t.TID] = res
 	}
 }
 
-// entryModule is the index in c.mods of the module holding the program's
+// entryModule is the index in c.img.mods of the module holding the program's
 // entry point (AT_ENTRY), -1 when none does.
 func (c *crash) entryModule() int {
-	if entry, ok := c.core.AuxvValue(coredump.AT_ENTRY); ok {
-		return module.Find(c.mods, entry)
+	if entry, ok := c.img.core.AuxvValue(coredump.AT_ENTRY); ok {
+		return module.Find(c.img.mods, entry)
 	}
 	return -1
 }
@@ -238,6 +238,6 @@ var osReleasePaths = []string{"/etc/os-release", "/usr/lib/os-release"}
 // minimalReport is the report of a core that cannot be used: the
 // kernel's arguments and what went wrong.
 func (c *crash) minimalReport() *report.Report {
-	c.mode, c.partial = "none", true
+	c.out.mode, c.out.partial = "none", true
 	return c.report()
 }

@@ -13,14 +13,14 @@ import (
 // the configured window (four times that for the crashing thread, whose
 // stack matters most and may be deep).
 func (c *crash) stackWindows() []coredump.Range {
-	win := uint64(c.cfg.Handler.StackWindowKiB) << 10
+	win := uint64(c.env.cfg.Handler.StackWindowKiB) << 10
 	var rs []coredump.Range
 	for i, t := range c.threads() {
-		_, regs, err := c.arch.FromPRStatus(t.Regs)
+		_, regs, err := c.img.arch.FromPRStatus(t.Regs)
 		if err != nil {
 			continue
 		}
-		sp, ok := regs.Get(c.arch.SP)
+		sp, ok := regs.Get(c.img.arch.SP)
 		if !ok || sp == 0 {
 			continue
 		}
@@ -36,7 +36,7 @@ func (c *crash) stackWindows() []coredump.Range {
 		// stops at its end, as it does in live mode, instead of running
 		// on into the next thread's stack (64 threads would keep 16 MiB,
 		// mostly other stacks' untouched pages).
-		for _, s := range c.core.Segments {
+		for _, s := range c.img.core.Segments {
 			if sp >= s.Vaddr && sp < s.Vaddr+s.Memsz && s.Vaddr+s.Memsz < hi {
 				hi = s.Vaddr + s.Memsz
 			}
@@ -46,8 +46,8 @@ func (c *crash) stackWindows() []coredump.Range {
 	// A handler on a sigaltstack returns to the main stack, whose SP only
 	// the signal frame knows. Keep the top of the main stack too: it holds
 	// the auxiliary vector's strings (AT_EXECFN), and main's callers.
-	if top, ok := c.core.AuxvValue(coredump.AT_EXECFN); ok && top > 4*win {
-		for _, s := range c.core.Segments {
+	if top, ok := c.img.core.AuxvValue(coredump.AT_EXECFN); ok && top > 4*win {
+		for _, s := range c.img.core.Segments {
 			if top >= s.Vaddr && top < s.Vaddr+s.Memsz {
 				lo := s.Vaddr + s.Memsz - 4*win
 				if lo < s.Vaddr {
@@ -78,13 +78,13 @@ func mergeRanges(rs []coredump.Range) []coredump.Range {
 // isCodePage reports whether a segment is kernel-provided code that the
 // core carries and the unwinder needs: the vDSO, ARM's [sigpage].
 func (c *crash) isCodePage(s coredump.Segment) bool {
-	if base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && s.Vaddr == base {
+	if base, ok := c.img.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && s.Vaddr == base {
 		return true
 	}
 	if s.Flags&4 /* PF_R */ == 0 || s.Flags&1 /* PF_X */ == 0 || s.Filesz > 64<<10 {
 		return false
 	}
-	for _, f := range c.core.Files {
+	for _, f := range c.img.core.Files {
 		if s.Vaddr < f.End && f.Start < s.Vaddr+s.Memsz {
 			return false
 		}
@@ -108,8 +108,8 @@ func (c *crash) collectStream(s *coredump.Stream) (*coredump.Memory, error) {
 		}
 		return out
 	}
-	budget := int64(len(wins)+2) * int64(c.cfg.Handler.StackWindowKiB) << 12
-	return s.Collect(c.core.Segments, want, budget+4<<20)
+	budget := int64(len(wins)+2) * int64(c.env.cfg.Handler.StackWindowKiB) << 12
+	return s.Collect(c.img.core.Segments, want, budget+4<<20)
 }
 
 // snapshotLive copies each thread's stack window and the vDSO out of
@@ -150,10 +150,10 @@ func (c *crash) snapshotLive(mem *os.File, maps []module.Mapping) (*coredump.Mem
 			snap.Add(w.Lo, b[:n])
 			got++
 		} else if err != nil {
-			return nil, fmt.Errorf("/proc/%d/mem at %#x: %w", c.pid, w.Lo, err)
+			return nil, fmt.Errorf("/proc/%d/mem at %#x: %w", c.proc.pid, w.Lo, err)
 		}
 	}
-	if base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && base != 0 {
+	if base, ok := c.img.core.AuxvValue(coredump.AT_SYSINFO_EHDR); ok && base != 0 {
 		if m, ok := find(base); ok && m.End-base <= 1<<20 {
 			b := make([]byte, m.End-base)
 			if n, _ := mem.ReadAt(b, int64(base)); n == len(b) {
@@ -162,7 +162,7 @@ func (c *crash) snapshotLive(mem *os.File, maps []module.Mapping) (*coredump.Mem
 		}
 	}
 	if got == 0 {
-		return nil, fmt.Errorf("/proc/%d/mem: no stack readable", c.pid)
+		return nil, fmt.Errorf("/proc/%d/mem: no stack readable", c.proc.pid)
 	}
 	return snap, nil
 }
@@ -184,25 +184,25 @@ func (c *crash) collect(stream *coredump.Stream) {
 	if err != nil {
 		// Stacks cut short or missing: what is unwound may stop early.
 		c.errorf("core stream: %v", err)
-		c.partial = true
+		c.out.partial = true
 	}
-	c.mem = mem
+	c.img.mem = mem
 }
 
 // addVDSO adds the vDSO as a module, loaded from the process's memory: it
 // has no file, and holds the signal trampolines on arm64 and riscv64.
 func (c *crash) addVDSO(size uint64) {
-	base, ok := c.core.AuxvValue(coredump.AT_SYSINFO_EHDR)
+	base, ok := c.img.core.AuxvValue(coredump.AT_SYSINFO_EHDR)
 	if !ok || base == 0 || size == 0 || size > 1<<20 {
 		return
 	}
 	m := &module.Module{Path: "[vdso]", Start: base, End: base + size,
 		Maps: []module.Mapping{{Start: base, End: base + size, Path: "[vdso]"}}, RuntimeOffset: base}
-	if err := m.LoadFrom(offsetReader{r: c.mem, base: base, size: int64(size)}); err != nil {
-		c.log.Warnf("vdso: %v", err)
+	if err := m.LoadFrom(offsetReader{r: c.img.mem, base: base, size: int64(size)}); err != nil {
+		c.env.log.Warnf("vdso: %v", err)
 	}
-	c.mods = append(c.mods, m)
-	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
+	c.img.mods = append(c.img.mods, m)
+	sort.Slice(c.img.mods, func(i, j int) bool { return c.img.mods[i].Start < c.img.mods[j].Start })
 }
 
 // vdsoSize finds the vDSO's extent from the core's segments.

@@ -14,58 +14,53 @@ import (
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
-// crash is everything known about one crash while the report is built,
-// in every mode: kernel (RunKernel), supervised child (RunChild),
-// supervising parent (supervise) and offline (Offline).
-type crash struct {
-	cfg   *config.Config
-	log   *Logger
-	core  *coredump.Core
-	arch  *arch.Arch
-	mode  string // live, stream, file, registers, none
-	stdin *os.File
+// env is what every crash this process handles shares: the config, the
+// log, the admission state, and where the process sits in a supervision.
+// The kernel modes make one per process; a server handling many crashes
+// (issue 28's coredump socket) would make one and share it.
+type env struct {
+	cfg    *config.Config
+	log    *Logger
+	policy admit.Policy // admission's state directory and limits
+	drift  func()       // logs drift of the kernel's crash settings; nil offline
 
-	mem     io.ReaderAt
-	mods    []*module.Module
-	sources []module.Source
-	closers []io.Closer
+	// parent is the supervising parent's pid, in a supervised child (its
+	// parent admitted the crash); supervisor is set in the parent once
+	// its child has been waited for. Both for the peak RSS of the pair.
+	parent     int
+	supervisor bool
 
-	pid, tid int
-	exe      string
-	names    map[int]string // thread names, by tid
-	errs     []string
-	partial  bool
-	start    time.Time
-
-	results map[int]unwind.Result // by tid
-
-	kernelRun // zero offline
+	inject inject // test builds only (tag unwoundfault): make the child die
 }
 
-// kernelRun is what only a crash piped by the kernel has: the kernel's
-// arguments, the process held frozen, the admission state and the
-// supervision.
-type kernelRun struct {
-	kernelTime int64
-	signal     int
-	cmdline    []string
-	frozen     time.Duration // how long the process was held
-
-	dropped map[string]int // crashes not reported since the previous report
-	policy  admit.Policy
-	drift   func() // logs drift of the kernel's crash settings
+// crash is one crash while its report is built, in every input mode: the
+// input it came by (input.go), who crashed, what was read, and what the
+// unwinding found. The pipeline (pipeline.go) fills it in.
+type crash struct {
+	env      *env
+	in       *input
+	proc     process
+	img      image
+	out      outcome
+	start    time.Time // when the handler started on it: the deadline counts from here
+	deadline time.Time
 
 	// Dump mode 0 or 2 (handler.dump_mode_policy): never the command
 	// line; with "registers", nothing but the notes.
 	noCmdline, registersOnly bool
 
-	// The supervision (supervise.go), for the peak RSS of both processes:
-	// parent is the supervising parent's pid in the child; supervisor is
-	// set in the parent once its child has been waited for.
-	parent     int
-	supervisor bool
+	saved *os.File // handler.save_core_dir's copy of the core, being written (pipe.go)
+}
 
-	inject inject // test builds only (tag unwoundfault): make the child die
+// process is who crashed: from the kernel's arguments, refined by the
+// core's notes and /proc/<pid> while the process is held.
+type process struct {
+	pid, tid int
+	exe      string
+	time     int64 // the kernel's %t, 0 when not given
+	signal   int
+	cmdline  []string
+	names    map[int]string // thread names, by tid
 
 	// pidfd is the crashed process's pidfd (%F, pidfd.go), nil without
 	// one. noProc is set once it showed /proc/<pid> to be another process
@@ -74,8 +69,32 @@ type kernelRun struct {
 	noProc bool
 }
 
-func newCrash(cfg *config.Config, lg *Logger, start time.Time) *crash {
-	return &crash{cfg: cfg, log: lg, start: start, names: map[int]string{}}
+// image is what was read of the crashed process: the core's notes, its
+// architecture, the memory to unwind and the modules' files.
+type image struct {
+	core    *coredump.Core
+	arch    *arch.Arch
+	mem     io.ReaderAt
+	mods    []*module.Module
+	sources []module.Source
+	closers []io.Closer
+}
+
+// outcome is what the unwinding found and what went wrong on the way.
+type outcome struct {
+	results map[int]unwind.Result // by tid
+	errs    []string
+	partial bool
+	mode    string         // live, stream, file, registers, none
+	frozen  time.Duration  // how long the process was held
+	dropped map[string]int // crashes not reported since the previous report
+}
+
+func newCrash(e *env, in *input, start time.Time) *crash {
+	c := &crash{env: e, in: in, start: start, deadline: start.Add(e.cfg.Handler.Deadline.D())}
+	c.proc = process{pid: in.args.PID, tid: in.args.TID, exe: in.args.Exe, time: in.args.Time, signal: in.args.Signal,
+		names: map[int]string{}, pidfd: in.pidfd, noProc: !in.held}
+	return c
 }
 
 // readHeaders reads the core's headers and notes from in (setCore). With
@@ -92,24 +111,32 @@ func (c *crash) readHeaders(in io.Reader) (stream *coredump.Stream, err, archErr
 // setCore takes the core's notes: its thread ids put in the handler's pid
 // namespace, its arch found (an error when not supported).
 func (c *crash) setCore(core *coredump.Core) error {
-	c.core = core
+	c.img.core = core
 	c.globalTIDs()
 	var err error
-	c.arch, err = arch.ByMachine(core.Machine, core.Class)
+	c.img.arch, err = arch.ByMachine(core.Machine, core.Class)
 	return err
+}
+
+// coreError is the one place a core that could not be read, or read only
+// in part, is said: in the report's errors and the log, marking the
+// report partial.
+func (c *crash) coreError(err error) {
+	c.errorf("reading the core: %v", err)
+	c.out.partial = true
 }
 
 func (c *crash) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	c.errs = append(c.errs, msg)
-	c.log.Warnf("%s", msg)
+	c.out.errs = append(c.out.errs, msg)
+	c.env.log.Warnf("%s", msg)
 }
 
 func (c *crash) close() {
-	for _, cl := range c.closers {
+	for _, cl := range c.img.closers {
 		cl.Close()
 	}
-	c.closers = nil
+	c.img.closers = nil
 }
 
 // load opens a module's file from the crash's sources, once.
@@ -117,8 +144,8 @@ func (c *crash) load(m *module.Module) {
 	if m.File != nil || m.Err != nil {
 		return
 	}
-	if cl := m.Load(c.sources); cl != nil {
-		c.closers = append(c.closers, cl)
+	if cl := m.Load(c.img.sources); cl != nil {
+		c.img.closers = append(c.img.closers, cl)
 	}
 }
 
@@ -126,12 +153,12 @@ func (c *crash) load(m *module.Module) {
 // kernel writes it first), capped at max_threads. The cap is applied (and
 // said) once: the core's thread list is cut to it.
 func (c *crash) threads() []coredump.Thread {
-	if n := c.cfg.Handler.MaxThreads; len(c.core.Threads) > n {
-		c.errorf("%d threads, unwinding the first %d (handler.max_threads)", len(c.core.Threads), n)
-		c.partial = true
-		c.core.Threads = c.core.Threads[:n]
+	if n := c.env.cfg.Handler.MaxThreads; len(c.img.core.Threads) > n {
+		c.errorf("%d threads, unwinding the first %d (handler.max_threads)", len(c.img.core.Threads), n)
+		c.out.partial = true
+		c.img.core.Threads = c.img.core.Threads[:n]
 	}
-	return c.core.Threads
+	return c.img.core.Threads
 }
 
 // unwindThreads walks every thread not walked yet, until deadline. Unless
@@ -145,20 +172,20 @@ func (c *crash) threads() []coredump.Thread {
 // the others' frames. A thread cut short by its share says so (stop
 // deadline or max_frames) and the report is partial.
 func (c *crash) unwindThreads(deadline time.Time, final bool) {
-	if c.results == nil {
-		c.results = map[int]unwind.Result{}
+	if c.out.results == nil {
+		c.out.results = map[int]unwind.Result{}
 	}
-	p := &unwind.Process{Arch: c.arch, Modules: c.mods, Mem: c.mem, Load: c.load}
+	p := &unwind.Process{Arch: c.img.arch, Modules: c.img.mods, Mem: c.img.mem, Load: c.load}
 	threads := c.threads()
 	left := 0
 	for _, t := range threads {
-		if _, done := c.results[t.TID]; !done {
+		if _, done := c.out.results[t.TID]; !done {
 			left++
 		}
 	}
 	walk := maxWalk
 	for i, t := range threads {
-		if _, done := c.results[t.TID]; done {
+		if _, done := c.out.results[t.TID]; done {
 			continue
 		}
 		now := time.Now()
@@ -174,24 +201,24 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 			}
 		}
 		left--
-		pc, rs, err := c.arch.FromPRStatus(t.Regs)
+		pc, rs, err := c.img.arch.FromPRStatus(t.Regs)
 		if err != nil {
-			c.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
+			c.out.results[t.TID] = unwind.Result{Stop: "bad_registers", Detail: err.Error()}
 			continue
 		}
 		p.PACMask = t.PACMask
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
-			Thumb:     c.arch.Thumb(t.Regs),
-			MaxFrames: c.cfg.Handler.MaxFrames,
+			Thumb:     c.img.arch.Thumb(t.Regs),
+			MaxFrames: c.env.cfg.Handler.MaxFrames,
 			MaxWalk:   walkShare,
 			Deadline:  now.Add(share),
-			NoScan:    !c.cfg.Handler.StackScan,
+			NoScan:    !c.env.cfg.Handler.StackScan,
 		})
 		walk -= min(walk, r.Walked)
 		if r.Stop == unwind.StopDeadline && time.Now().After(deadline) {
 			if final {
-				c.results[t.TID] = r
-				c.partial = true
+				c.out.results[t.TID] = r
+				c.out.partial = true
 			}
 			return
 		}
@@ -200,9 +227,9 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 		}
 		if r.Stop == unwind.StopDeadline || (r.Stop == unwind.StopMaxFrames && walkShare < maxWalk) {
 			r.Detail = "this thread's share of the handler's deadline and frame budget is spent"
-			c.partial = true
+			c.out.partial = true
 		}
-		c.results[t.TID] = r
+		c.out.results[t.TID] = r
 	}
 }
 

@@ -1,16 +1,12 @@
 package handler
 
 import (
-	"errors"
-	"fmt"
-	"io"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
@@ -20,7 +16,7 @@ import (
 type KernelOptions struct {
 	ConfigPath string
 	Args       []string // the expanded PatternSpecifiers
-	Stdin      *os.File // the core pipe
+	Stdin      *os.File // the core pipe; a regular file is read as a core file (pipeInput)
 	Log        *Logger
 	// ProcSys is where the kernel's crash settings are checked for drift
 	// (default /proc/sys).
@@ -38,96 +34,24 @@ type KernelOptions struct {
 // act on it. Everything that goes wrong is logged and, when a report can
 // still be written, recorded in it.
 func RunKernel(o KernelOptions) int {
-	lg := o.Log
-	c, ka, deadline, stop := startKernel(lg, o.ConfigPath, o.Args, time.Now(), false)
+	start := time.Now()
+	e, ka, notes, stop := startKernel(o.Log, o.ConfigPath, o.Args, start, false)
 	defer stop()
-	cfg, pol := c.cfg, c.policy
-	c.pidfd = kernelPidfd(lg, o.Pidfd, ka.PID)
-	if cfg.Handler.HonorRlimit && ka.RlimitCore == 0 && len(o.Args) > 5 {
-		lg.Infof("pid %d (%s): RLIMIT_CORE is 0, not reporting (handler.honor_rlimit_core)", ka.PID, ka.Comm)
-		o.Stdin.Close()
-		return 0
-	}
-	// A process that changed credentials (setuid, a daemon dropping root)
-	// is dumped with %d = 2 only under fs.suid_dumpable = 2; 0 is never
-	// piped by current kernels. Their memory may hold another user's
-	// secrets: handler.dump_mode_policy decides (configs/unwound.toml).
-	privileged := len(o.Args) > 4 && ka.Dumpable != 1
-	if privileged && cfg.Handler.DumpModePolicy == "drop" {
-		lg.Infof("pid %d (%s): dump mode %d, not reporting (handler.dump_mode_policy)", ka.PID, ka.Comm, ka.Dumpable)
-		o.Stdin.Close()
-		if os.MkdirAll(pol.Dir, 0o700) == nil {
-			admit.Drop(pol, "dump_mode")
-		}
-		return 0
-	}
-	// Admission, from argv alone, before any heavy work. Under a crash
-	// storm, a handler the OOM killer takes first is better than a service.
+	e.drift = func() { LogDrift(e.log, o.ProcSys, o.ConfigPath, e.cfg.RateLimit.MaxConcurrent) }
+	pfd := kernelPidfd(e.log, o.Pidfd, ka.PID)
+	in := pipeInput(o.Stdin, nil, ka, len(o.Args), pfd, start.Add(e.cfg.Handler.Deadline.D()))
+	// Under a crash storm, a handler the OOM killer takes first is
+	// better than a service. (The process's own setting: a server
+	// handling crashes in process would not take it.)
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	exeKey := ka.Exe
-	if exeKey == "" {
-		exeKey = ka.Comm
+	c := newCrash(e, in, start)
+	c.out.errs = notes
+	work := (*crash).unwindHere
+	if o.Self != "" && e.cfg.Handler.Supervise {
+		work = func(c *crash) *report.Report { return c.supervise(o) }
 	}
-	ticket, admErr := admit.Check(pol, exeKey)
-	var dropped *admit.ErrDropped
-	if errors.As(admErr, &dropped) {
-		// Closing stdin ends the dump at once and frees the process.
-		o.Stdin.Close()
-		lg.Warnf("pid %d (%s): %v", ka.PID, ka.Exe, admErr)
-		return 0
-	}
-	if admErr != nil {
-		lg.Warnf("%v", admErr)
-	}
-	defer ticket.Release()
-
-	c.drift = func() { LogDrift(lg, o.ProcSys, o.ConfigPath, cfg.RateLimit.MaxConcurrent) }
-	c.dropped = ticket.Dropped
-	if privileged {
-		c.noCmdline = true
-		if cfg.Handler.DumpModePolicy == "registers" {
-			// Notes only: no memory of the process, none of its files.
-			c.registersOnly = true
-			c.errs = append(c.errs, fmt.Sprintf("dump mode %d: registers only (handler.dump_mode_policy)", ka.Dumpable))
-			return c.run(o.Stdin, nil, deadline)
-		}
-	}
-	if o.Self != "" && cfg.Handler.Supervise {
-		return c.supervise(o, deadline)
-	}
-	return c.run(o.Stdin, nil, deadline)
-}
-
-// run reads the core (prefix, when set, holds its first bytes, already
-// read from the pipe by a supervising parent), unwinds and stores the
-// report.
-func (c *crash) run(stdin *os.File, prefix io.Reader, deadline time.Time) int {
-	in, release, saved := c.openStdin(stdin, prefix, deadline)
-	if saved != nil {
-		// Debug mode: the whole core goes to the file first, so the
-		// process is held until it is written.
-		r := c.handle(in, func() {}, deadline)
-		c.saveCore(in, saved)
-		release()
-		r.Handler.FrozenMS = c.frozen.Milliseconds()
-		c.close()
-		c.logDrift()
-		return c.store(r)
-	}
-	r := c.handle(in, release, deadline)
-	release()
-	c.close()
-	// Once the process is released: a few small reads, never on its time.
-	c.logDrift()
-	return c.store(r)
-}
-
-// logDrift logs drift of the kernel's crash settings, when RunKernel asked
-// for it: after the crashed process is released, never on its time.
-func (c *crash) logDrift() {
-	if c.drift != nil {
-		c.drift()
-	}
+	c.pipeline(work)
+	return 0
 }
 
 // LogDrift logs, one warning each, how the kernel's crash settings differ
@@ -144,85 +68,19 @@ func admitPolicy(cfg *config.Config) admit.Policy {
 		PerExecutable: cfg.RateLimit.PerExecutable, MaxConcurrent: cfg.RateLimit.MaxConcurrent}
 }
 
-// handle reads the core's headers, then the memory: live from
-// /proc/<pid>/mem while the process is frozen, or from the stream.
-func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report.Report {
-	stream, err, archErr := c.readHeaders(in)
-	if err != nil {
-		c.errorf("reading the core: %v", err)
-		c.partial = true
-	}
-	if c.core == nil {
-		return c.minimalReport()
-	}
-	core := c.core
-	if c.registersOnly {
-		release()
-		c.frozen = time.Since(c.start)
-		c.registersResults()
-		return c.report()
-	}
-	c.inject.at("unwind")
-	if archErr != nil {
-		c.errorf("%v", archErr)
-		c.partial = true
-		return c.minimalReport()
-	}
-	stream.Deadline = deadline
-	if cr, ok := in.(*coreReader); ok {
-		// What is not kept is spliced into /dev/null, never copied.
-		stream.Skip = func(_ io.Reader, n int64) (int64, error) { return cr.skip(n) }
-	}
-	if c.tid == 0 && len(core.Threads) > 0 {
-		c.tid = core.Threads[0].TID
-	}
-
-	module.SetIODeadline(deadline)
-	otherMountNS := c.procOK() && namespaceDiffers(c.pid, "mnt")
-	if err := c.live(release, deadline); err != nil {
-		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
-		c.mode = "stream"
-		// While the process is held, its files are opened as it saw them
-		// (map_files: a container's files, not the handler's at the same
-		// paths); once it is released /proc/<pid> goes away.
-		mods := module.Group(fileMaps(core))
-		var pre []module.Source
-		if !c.noProc {
-			pre = []module.Source{c.preopen(mods)}
-		}
-		if !c.procOK() {
-			pre = nil // files of another process
-		}
-		c.collect(stream)
-		release() // the stacks are in hand: let the kernel finish
-		c.mods = mods
-		c.sources = append(pre, c.procSources()...)
-		if !otherMountNS {
-			// /proc/<pid> unusable (the process is gone): its files are
-			// taken from the handler's own root, unless it was seen in
-			// another mount namespace (a container), whose files at the
-			// same paths are other files.
-			c.sources = append(c.sources, module.SysrootSource("/", nil))
-		}
-		c.addVDSO(vdsoSize(core))
-		c.unwindThreads(deadline, true)
-	}
-	return c.report()
-}
-
 // startKernel is how RunKernel and RunChild begin: never dump ourselves
 // (RLIMIT_CORE is 1 already, but a core of the handler would recurse into
 // core_pattern on some kernels), load the config, bound memory and time,
 // parse the kernel's arguments. A child leaves the logging of a bad config
 // or argument to its parent. stop disarms the hard deadline.
-func startKernel(lg *Logger, configPath string, args []string, start time.Time, child bool) (c *crash, ka admit.KernelArgs, deadline time.Time, stop func() bool) {
+func startKernel(lg *Logger, configPath string, args []string, start time.Time, child bool) (e *env, ka admit.KernelArgs, notes []string, stop func() bool) {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	cfg, cfgErr := config.LoadOrDefault(configPath)
 	if cfgErr != nil && !child {
 		lg.Errorf("%v", cfgErr)
 	}
 	limitMemory(cfg.Handler.MemoryLimitMiB, child)
-	deadline = start.Add(cfg.Handler.Deadline.D())
+	deadline := start.Add(cfg.Handler.Deadline.D())
 	// The last line of defence: whatever hangs, the handler goes away a
 	// little after its deadline, which ends the dump and frees the
 	// process. A child exits non-zero: its parent then reports.
@@ -238,15 +96,12 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 	if argErr != nil && !child {
 		lg.Warnf("%v", argErr)
 	}
-	c = newCrash(cfg, lg, start)
-	c.pid, c.tid, c.exe, c.kernelTime, c.signal = ka.PID, ka.TID, ka.Exe, ka.Time, ka.Signal
-	c.policy = admitPolicy(cfg)
 	for _, err := range []error{cfgErr, argErr} {
 		if err != nil {
-			c.errs = append(c.errs, err.Error())
+			notes = append(notes, err.Error())
 		}
 	}
-	return c, ka, deadline, hard.Stop
+	return &env{cfg: cfg, log: lg, policy: admitPolicy(cfg)}, ka, notes, hard.Stop
 }
 
 // limitMemory bounds the handler: the Go memory limit (soft: the

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/unwound-dev/unwound/handler/module"
 )
@@ -12,11 +11,12 @@ import (
 // live unwinds from /proc/<pid>/mem while the kernel waits on the pipe,
 // within the freeze budget, then releases the process and finishes from
 // the snapshot. It fails when /proc/<pid> is not usable.
-func (c *crash) live(release func(), deadline time.Time) error {
-	if c.pid <= 0 {
+func (c *crash) live() error {
+	deadline := c.deadline
+	if c.proc.pid <= 0 {
 		return errors.New("no pid argument")
 	}
-	if !c.cfg.Handler.Live {
+	if !c.env.cfg.Handler.Live {
 		return errors.New("handler.live is off")
 	}
 	// With a pidfd, /proc/<pid> is checked to be the crashed process
@@ -25,11 +25,11 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	if !c.procOK() {
 		return errors.New("/proc/<pid> is not the crashed process")
 	}
-	maps, err := procMaps(c.pid)
+	maps, err := procMaps(c.proc.pid)
 	if err != nil {
 		return err
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", c.pid))
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", c.proc.pid))
 	if err != nil {
 		return err
 	}
@@ -42,40 +42,40 @@ func (c *crash) live(release func(), deadline time.Time) error {
 	mods := module.Group(maps)
 	pre := c.preopen(mods)
 	names := map[int]string{}
-	for _, t := range c.core.Threads {
-		names[t.TID] = threadName(c.pid, t.TID)
+	for _, t := range c.img.core.Threads {
+		names[t.TID] = threadName(c.proc.pid, t.TID)
 	}
-	exe, exeErr := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.pid))
+	exe, exeErr := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.proc.pid))
 	var cmdline []string
-	if c.cfg.Handler.IncludeCmdline && !c.noCmdline {
-		cmdline = procCmdline(c.pid)
+	if c.env.cfg.Handler.IncludeCmdline && !c.noCmdline {
+		cmdline = procCmdline(c.proc.pid)
 	}
 	if !c.procOK() {
 		return errors.New("/proc/<pid> is not the crashed process")
 	}
-	c.mode = "live"
+	c.out.mode = "live"
 	sm := &snapMem{snap: snap, live: mem}
-	c.mem = sm
-	c.mods = mods
-	c.sources = []module.Source{pre}
-	c.addVDSO(mapsSize(maps, vdsoBase(c.core)))
+	c.img.mem = sm
+	c.img.mods = mods
+	c.img.sources = []module.Source{pre}
+	c.addVDSO(mapsSize(maps, vdsoBase(c.img.core)))
 	for tid, n := range names {
-		c.names[tid] = n
+		c.proc.names[tid] = n
 	}
 	if exeErr == nil {
 		if p, ok := seen[exe]; ok {
 			exe = p
 		}
-		c.exe = exe
+		c.proc.exe = exe
 	}
-	c.cmdline = cmdline
-	freeze := c.start.Add(c.cfg.Handler.FreezeBudget.D())
+	c.proc.cmdline = cmdline
+	freeze := c.start.Add(c.env.cfg.Handler.FreezeBudget.D())
 	if freeze.After(deadline) {
 		freeze = deadline
 	}
 	c.unwindThreads(freeze, false)
 	sm.released.Store(true)
-	release()
+	c.release()
 	// Threads the freeze budget cut short are walked again from the
 	// snapshot: their stack windows, no longer the whole stacks.
 	c.unwindThreads(deadline, true)

@@ -55,6 +55,26 @@ func (l *Logger) log(prio int, format string, args ...any) {
 	}
 }
 
+// passthrough is where a supervised child's stderr is copied, nil when l
+// logs to /dev/kmsg (the child opens /dev/kmsg itself: its stderr holds
+// only the runtime's last words). Writes never fail, so a log that cannot
+// be written never blocks the child.
+func (l *Logger) passthrough() io.Writer {
+	if l == nil || l.kmsg {
+		return nil
+	}
+	return lockedWriter{l}
+}
+
+type lockedWriter struct{ l *Logger }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.l.mu.Lock()
+	defer w.l.mu.Unlock()
+	w.l.w.Write(p)
+	return len(p), nil
+}
+
 // Infof logs progress worth keeping.
 func (l *Logger) Infof(format string, args ...any) { l.log(prioInfo, format, args...) }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,7 +22,7 @@ import (
 // OfflineOptions drive --core-file: a core on disk or on stdin, modules
 // from a sysroot, the report printed, nothing written anywhere else.
 type OfflineOptions struct {
-	CoreFile string // path, or "-" for stdin (read as a stream, like the kernel's pipe)
+	CoreFile string // path, or "-" for stdin (streamed like the kernel's pipe; a regular file is read as one)
 	Exe      string // the main program, for cores without NT_FILE
 	Sysroot  string // where NT_FILE paths are looked up; default /
 	Config   *config.Config
@@ -53,124 +52,71 @@ func Offline(o OfflineOptions) (*report.Report, error) {
 		limitMemory(cfg.Handler.MemoryLimitMiB, false)
 	}
 	start := time.Now()
-	deadline := start.Add(cfg.Handler.Deadline.D())
-	module.SetIODeadline(deadline)
-	c := newCrash(cfg, o.Log, start)
-	if o.ConfigErr != nil {
-		c.errs = append(c.errs, o.ConfigErr.Error())
+	root := &sysroot{dir: o.Sysroot, exe: o.Exe, sources: o.Sources}
+	if root.dir == "" {
+		root.dir = "/"
 	}
-	if o.Sysroot == "" {
-		o.Sysroot = "/"
-	}
+	var in *input
 	if o.CoreFile == "-" {
-		in := o.Stdin
-		if f, ok := in.(*os.File); ok {
-			in = c.pipeReader(f, deadline) // a stalled pipe ends at the deadline
-			defer c.stdin.Close()
-		}
-		stream, err, archErr := c.readHeaders(in)
-		if c.core == nil {
-			return c.unreadable(err), nil
-		}
-		if err != nil {
-			c.errorf("reading the core: %v", err)
-			c.partial = true
-		}
-		c.mode = "stream"
-		if archErr != nil {
-			return c.unreadable(archErr), nil
-		}
-		stream.Deadline = deadline
-		c.collect(stream)
+		in = streamInput(o.Stdin, root, start.Add(cfg.Handler.Deadline.D()))
 	} else {
 		f, err := regular.Open(o.CoreFile) // a FIFO: use --core-file - instead
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		core, mem, err := coredump.OpenFile(f, st.Size(), coredump.DefaultLimits)
-		if core == nil {
-			return c.unreadable(err), nil
-		}
-		if err != nil {
-			c.errorf("reading the core: %v", err)
-			c.partial = true
-		}
-		c.mode, c.mem = "file", newPageCache(mem)
-		if err := c.setCore(core); err != nil {
-			return c.unreadable(err), nil
-		}
+		in = fileInput(f, root)
 	}
-	if c.core.PRPSInfo != nil {
-		c.pid = c.core.PRPSInfo.PID
+	c := newCrash(&env{cfg: cfg, log: o.Log}, in, start)
+	if o.ConfigErr != nil {
+		c.out.errs = append(c.out.errs, o.ConfigErr.Error())
 	}
-	if len(c.core.Threads) == 0 {
-		return c.unreadable(errors.New("no thread in the core")), nil
-	}
-	c.tid = c.core.Threads[0].TID
-	if err := c.offlineModules(o); err != nil {
-		c.errorf("%v", err)
-	}
-	defer c.close()
-	c.addVDSO(vdsoSize(c.core))
-	c.unwindThreads(deadline, true)
-	return c.report(), nil
-}
-
-// unreadable is the report of a core that cannot be used: what went wrong,
-// marked partial, like kernel mode's.
-func (c *crash) unreadable(err error) *report.Report {
-	c.errorf("reading the core: %v", err)
-	return c.minimalReport()
+	return c.pipeline((*crash).unwindHere), nil
 }
 
 // offlineModules finds the modules from NT_FILE under the sysroot, or,
 // without NT_FILE, places --exe from the auxiliary vector.
-func (c *crash) offlineModules(o OfflineOptions) error {
+func (c *crash) offlineModules(o *sysroot) error {
 	override := map[string]string{}
-	entry, hasEntry := c.core.AuxvValue(coredump.AT_ENTRY)
-	if len(c.core.Files) > 0 {
-		c.mods = module.Group(fileMaps(c.core))
+	entry, hasEntry := c.img.core.AuxvValue(coredump.AT_ENTRY)
+	if len(c.img.core.Files) > 0 {
+		c.img.mods = module.Group(fileMaps(c.img.core))
 		if i := c.entryModule(); i >= 0 {
-			c.exe = module.CleanPath(c.mods[i].Path)
-			if o.Exe != "" {
-				override[c.mods[i].Path] = o.Exe
+			c.proc.exe = module.CleanPath(c.img.mods[i].Path)
+			if o.exe != "" {
+				override[c.img.mods[i].Path] = o.exe
 			}
 		}
-		c.sources = append(append([]module.Source(nil), o.Sources...), module.SysrootSource(o.Sysroot, override))
+		c.img.sources = append(append([]module.Source(nil), o.sources...), module.SysrootSource(o.dir, override))
 		return nil
 	}
-	if o.Exe == "" {
+	if o.exe == "" {
 		return errors.New("the core has no NT_FILE note (a qemu-user core?): name the program with --exe")
 	}
 	if !hasEntry {
 		return errors.New("the core has neither NT_FILE nor AT_ENTRY: cannot place --exe")
 	}
-	ef, err := elf.Open(o.Exe)
+	ef, err := elf.Open(o.exe)
 	if err != nil {
 		return fmt.Errorf("--exe: %w", err)
 	}
 	defer ef.Close()
 	// The load bias puts the program's entry point at AT_ENTRY (zero for
 	// a static non-PIE program).
-	abs, _ := filepath.Abs(o.Exe)
+	abs, _ := filepath.Abs(o.exe)
 	m, err := place(ef, abs, entry-ef.Entry)
 	if err != nil {
 		return err
 	}
-	c.mods = []*module.Module{m}
-	c.exe = m.Path
-	c.sources = []module.Source{module.SysrootSource(o.Sysroot, map[string]string{m.Path: o.Exe})}
-	libs, err := c.linkMap(ef, entry-ef.Entry, o.Sysroot)
+	c.img.mods = []*module.Module{m}
+	c.proc.exe = m.Path
+	c.img.sources = []module.Source{module.SysrootSource(o.dir, map[string]string{m.Path: o.exe})}
+	libs, err := c.linkMap(ef, entry-ef.Entry, o.dir)
 	if err != nil {
 		c.errorf("shared libraries: %v", err)
 	}
-	c.mods = append(c.mods, libs...)
-	sort.Slice(c.mods, func(i, j int) bool { return c.mods[i].Start < c.mods[j].Start })
+	c.img.mods = append(c.img.mods, libs...)
+	sort.Slice(c.img.mods, func(i, j int) bool { return c.img.mods[i].Start < c.img.mods[j].Start })
 	return nil
 }
 
@@ -191,8 +137,8 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 	if dyn == nil {
 		return nil, nil // static: nothing else is loaded
 	}
-	ps := uint64(c.arch.PtrSize)
-	read := func(addr uint64) (uint64, error) { return c.arch.ReadPtr(c.mem, addr) }
+	ps := uint64(c.img.arch.PtrSize)
+	read := func(addr uint64) (uint64, error) { return c.img.arch.ReadPtr(c.img.mem, addr) }
 	var rdebug uint64
 	for i := uint64(0); i < dyn.Memsz/(2*ps) && i < 1024; i++ {
 		tag, err := read(dyn.Vaddr + bias + 2*ps*i)
@@ -226,7 +172,7 @@ func (c *crash) linkMap(ef *elf.File, bias uint64, sysroot string) ([]*module.Mo
 			return mods, fmt.Errorf("link_map at %#x: %w", lm, err)
 		}
 		lm = next
-		name := readCString(c.mem, lname, 4096)
+		name := readCString(c.img.mem, lname, 4096)
 		if name == "" && interp != nil && lname == interp.Vaddr+bias {
 			// musl names itself by the program's PT_INTERP string, in a
 			// read-only page of the program that qemu-user cores leave

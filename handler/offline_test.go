@@ -27,6 +27,8 @@ func TestOfflineSyntheticCore(t *testing.T) {
 	}{
 		{"file", OfflineOptions{CoreFile: path}},
 		{"stream", OfflineOptions{CoreFile: "-", Stdin: bytes.NewReader(b)}},
+		// --core-file - < core: a regular file on stdin is read as one.
+		{"file", OfflineOptions{CoreFile: "-", Stdin: openFile(t, path)}},
 	} {
 		tc.o.Config, tc.o.Log, tc.o.Sysroot = config.Default(), NewLogger(io.Discard), t.TempDir()
 		r, err := Offline(tc.o)
@@ -50,6 +52,15 @@ func TestOfflineSyntheticCore(t *testing.T) {
 			}
 		}
 	}
+}
+
+func openFile(t *testing.T, path string) *os.File {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // A qemu-user core has no NT_FILE: the libraries come from the dynamic

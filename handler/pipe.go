@@ -10,39 +10,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openStdin makes the pipe non-blocking (so reads honour a deadline) and,
-// with save_core_dir set, tees the core into a file there. prefix, when
-// not nil, is read before the pipe.
-func (c *crash) openStdin(f *os.File, prefix io.Reader, deadline time.Time) (io.Reader, func(), *os.File) {
-	c.pipeReader(f, deadline)
-	var in io.Reader = &coreReader{prefix: prefix, pipe: c.stdin}
-	f = c.stdin
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			f.Close()
-			c.frozen = time.Since(c.start)
-		}
+// teeCore, with handler.save_core_dir set, tees the core stream into a
+// file there: the process is then held until the whole core is written
+// (saveCore), and nothing is spliced past the tee.
+func (c *crash) teeCore() {
+	dir := c.env.cfg.Handler.SaveCoreDir
+	if dir == "" || c.in.stream == nil || !c.in.held {
+		return
 	}
-	dir := c.cfg.Handler.SaveCoreDir
-	if dir == "" {
-		return in, release, nil
-	}
-	name := filepath.Join(dir, fmt.Sprintf("core.%d.%d", c.pid, c.kernelTime))
+	name := filepath.Join(dir, fmt.Sprintf("core.%d.%d", c.proc.pid, c.proc.time))
 	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		c.errorf("save_core_dir: %v", err)
-		return in, release, nil
+		return
 	}
-	c.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
-	return io.TeeReader(in, out), release, out
+	c.env.log.Infof("saving the full core to %s (handler.save_core_dir)", name)
+	c.in.stream, c.in.skip, c.saved = io.TeeReader(c.in.stream, out), nil, out
 }
 
-// pipeReader returns a reader of the pipe that honours deadline, and sets
-// c.stdin to the descriptor to close when the core is no longer needed.
-func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
-	var in io.Reader = f
+// pipeReader returns the pipe f as a descriptor whose reads honour
+// deadline: the one to read from, and to close when the core is no
+// longer needed.
+func pipeReader(f *os.File, deadline time.Time) *os.File {
 	// A duplicate descriptor in non-blocking mode goes through Go's poller,
 	// so reads honour the deadline; the original is closed, the pipe stays
 	// open through the duplicate until release.
@@ -52,16 +41,14 @@ func (c *crash) pipeReader(f *os.File, deadline time.Time) io.Reader {
 			nf := os.NewFile(uintptr(fd), "stdin")
 			if nf.SetReadDeadline(deadline) == nil {
 				f.Close()
-				f, in = nf, nf
-			} else {
-				nf.Close()
+				return nf
 			}
+			nf.Close()
 		} else {
 			unix.Close(fd)
 		}
 	}
-	c.stdin = f
-	return in
+	return f
 }
 
 // coreReader is the core: the bytes a supervising parent already read
@@ -131,14 +118,20 @@ func (r *coreReader) skip(n int64) (int64, error) {
 	return done, serr
 }
 
-// saveCore drains the rest of the core through the tee into the file.
-func (c *crash) saveCore(in io.Reader, out *os.File) {
-	c.stdin.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, err := io.Copy(io.Discard, in); err != nil {
+// saveCore drains the rest of the core through the tee into the file,
+// then lets the process go.
+func (c *crash) saveCore() {
+	out := c.saved
+	c.saved = nil
+	if f, ok := c.in.closer.(*os.File); ok {
+		f.SetReadDeadline(time.Now().Add(60 * time.Second))
+	}
+	if _, err := io.Copy(io.Discard, c.in.stream); err != nil {
 		c.errorf("save_core_dir: %v", err)
 	}
 	if err := out.Sync(); err != nil {
 		c.errorf("save_core_dir: %v", err)
 	}
 	out.Close()
+	c.release()
 }

@@ -19,7 +19,7 @@ import (
 func (c *crash) processPaths(maps []module.Mapping) map[string]string {
 	type span struct{ start, end uint64 }
 	own := map[span]string{}
-	for _, f := range c.core.Files {
+	for _, f := range c.img.core.Files {
 		own[span{f.Start, f.End}] = f.Path
 	}
 	renamed := map[string]string{}
@@ -48,20 +48,20 @@ func (c *crash) preopen(mods []*module.Module) module.Source {
 			r, cl, err := src(m)
 			if err == nil {
 				pre[m] = opened{r: r}
-				c.closers = append(c.closers, cl)
+				c.img.closers = append(c.img.closers, cl)
 				break
 			}
 			errs = append(errs, err.Error())
 		}
 		if _, ok := pre[m]; !ok {
-			pre[m] = opened{err: fmt.Errorf("not openable through /proc/%d: %s", c.pid, strings.Join(errs, "; "))}
+			pre[m] = opened{err: fmt.Errorf("not openable through /proc/%d: %s", c.proc.pid, strings.Join(errs, "; "))}
 		}
 	}
 	return func(m *module.Module) (io.ReaderAt, io.Closer, error) {
 		o, ok := pre[m]
 		switch {
 		case !ok:
-			return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.pid)
+			return nil, nil, fmt.Errorf("%s: not openable through /proc/%d", m.Path, c.proc.pid)
 		case o.err != nil:
 			return nil, nil, o.err
 		}
@@ -75,15 +75,15 @@ func (c *crash) preopen(mods []*module.Module) module.Source {
 // gone (its pid free for reuse) ends all reading of /proc/<pid>, and the
 // report says why.
 func (c *crash) procOK() bool {
-	if c.noProc || c.pid <= 0 {
+	if c.proc.noProc || c.proc.pid <= 0 {
 		return false
 	}
-	if c.pidfd == nil {
+	if c.proc.pidfd == nil {
 		return true
 	}
-	if err := c.pidfd.same(); err != nil {
-		c.noProc = true
-		c.errorf("/proc/%d is no longer the crashed process (%v): nothing read there is used, only the core stream", c.pid, err)
+	if err := c.proc.pidfd.same(); err != nil {
+		c.proc.noProc = true
+		c.errorf("/proc/%d is no longer the crashed process (%v): nothing read there is used, only the core", c.proc.pid, err)
 		return false
 	}
 	return true
@@ -92,20 +92,20 @@ func (c *crash) procOK() bool {
 // procSources are module.ProcSources for the crashed process; with a
 // pidfd, each file opened is checked to be the crashed process's.
 func (c *crash) procSources() []module.Source {
-	if c.noProc {
+	if c.proc.noProc {
 		return nil
 	}
-	srcs := module.ProcSources(c.pid)
-	if c.pidfd == nil {
+	srcs := module.ProcSources(c.proc.pid)
+	if c.proc.pidfd == nil {
 		return srcs
 	}
 	for i, src := range srcs {
 		src := src
 		srcs[i] = func(m *module.Module) (io.ReaderAt, io.Closer, error) {
 			r, cl, err := src(m)
-			if err == nil && c.pidfd.same() != nil {
+			if err == nil && c.proc.pidfd.same() != nil {
 				cl.Close()
-				return nil, nil, fmt.Errorf("/proc/%d is no longer the crashed process", c.pid)
+				return nil, nil, fmt.Errorf("/proc/%d is no longer the crashed process", c.proc.pid)
 			}
 			return r, cl, err
 		}
@@ -119,10 +119,10 @@ func (c *crash) procSources() []module.Source {
 // report's ids must all be one kind, and /proc/<pid>/task/<tid> takes the
 // global ones. /proc/<pid>/task/*/status has both (NSpid: global … own).
 func (c *crash) globalTIDs() {
-	if c.core == nil || c.pid <= 0 || !c.procOK() || !namespaceDiffers(c.pid, "pid") {
+	if c.img.core == nil || c.proc.pid <= 0 || !c.procOK() || !namespaceDiffers(c.proc.pid, "pid") {
 		return
 	}
-	dir := fmt.Sprintf("/proc/%d/task", c.pid)
+	dir := fmt.Sprintf("/proc/%d/task", c.proc.pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		c.errorf("thread ids stay the container's: %v", err)
@@ -142,9 +142,9 @@ func (c *crash) globalTIDs() {
 	if !c.procOK() {
 		return
 	}
-	for i, t := range c.core.Threads {
+	for i, t := range c.img.core.Threads {
 		if g, ok := toGlobal[t.TID]; ok {
-			c.core.Threads[i].TID = g
+			c.img.core.Threads[i].TID = g
 		}
 	}
 }

@@ -12,14 +12,14 @@ import (
 
 // store writes the report into the queue.
 func (c *crash) store(r *report.Report) int {
-	if len(c.dropped) > 0 {
-		r.Dropped = c.dropped
-		c.log.Warnf("crashes not reported since the previous report: %v", c.dropped)
+	if len(c.out.dropped) > 0 {
+		r.Dropped = c.out.dropped
+		c.env.log.Warnf("crashes not reported since the previous report: %v", c.out.dropped)
 	}
 	r.Handler.MaxRSSKiB = c.treeRSS()
 	z, err := report.Encode(r)
 	if err != nil {
-		c.log.Errorf("encoding the report: %v", err)
+		c.env.log.Errorf("encoding the report: %v", err)
 		return 0
 	}
 	// Encoding allocates too: measured again, and said again if it grew.
@@ -29,9 +29,9 @@ func (c *crash) store(r *report.Report) int {
 			z = z2
 		}
 	}
-	q, err := queue.Open(c.cfg.Queue.Dir, queue.FromConfig(c.cfg.Queue))
+	q, err := queue.Open(c.env.cfg.Queue.Dir, queue.FromConfig(c.env.cfg.Queue))
 	if err != nil {
-		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		c.env.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		c.lost("queue_unusable")
 		return 0
 	}
@@ -41,7 +41,7 @@ func (c *crash) store(r *report.Report) int {
 	}
 	res, err := q.PutAt(z, r.BootID, crashTime)
 	if err != nil {
-		c.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
+		c.env.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		if errors.Is(err, queue.ErrFull) {
 			c.lost("queue_full")
 		} else {
@@ -52,11 +52,11 @@ func (c *crash) store(r *report.Report) int {
 	// Evicted and expired reports are never sent: the next report says
 	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {
-		c.log.Warnf("queue full: evicted %s", e)
+		c.env.log.Warnf("queue full: evicted %s", e)
 		c.count("evicted")
 	}
 	for _, e := range res.Expired {
-		c.log.Infof("queue: %s is older than queue.max_age, removed", e)
+		c.env.log.Infof("queue: %s is older than queue.max_age, removed", e)
 		c.count("expired")
 	}
 	ct := r.Crashed()
@@ -65,10 +65,10 @@ func (c *crash) store(r *report.Report) int {
 		frames = len(ct.Frames)
 	}
 	via := ""
-	if c.pidfd != nil {
+	if c.proc.pidfd != nil {
 		via = " (pidfd)" // /proc/<pid> checked through the pidfd
 	}
-	c.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode%s, frozen %d ms, %d ms total",
+	c.env.log.Infof("pid %d (%s) %s: report %s, %d frames, %d threads, %s mode%s, frozen %d ms, %d ms total",
 		r.PID, r.Comm, r.Signal.Name, res.Name, frames, len(r.Threads), r.Handler.Mode, via, r.Handler.FrozenMS, r.Handler.DurationMS)
 	return 0
 }
@@ -85,14 +85,14 @@ func (c *crash) treeRSS() int64 {
 	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
 		kib = int64(ru.Maxrss) // int32 on 32-bit ARM
 	}
-	if c.supervisor && unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+	if c.env.supervisor && unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
 		kib += int64(ru.Maxrss)
 	}
-	if c.parent > 0 {
+	if c.env.parent > 0 {
 		// The parent's peak, less the pages of the binary it maps (file
 		// or, on an initramfs, shmem pages): the child runs the same
 		// binary, so its own figure holds those pages already.
-		st := procStatus(fmt.Sprintf("/proc/%d/status", c.parent))
+		st := procStatus(fmt.Sprintf("/proc/%d/status", c.env.parent))
 		if own := statusKiB(st, "VmHWM") - statusKiB(st, "RssFile") - statusKiB(st, "RssShmem"); own > 0 {
 			kib += own
 		}
@@ -102,17 +102,17 @@ func (c *crash) treeRSS() int64 {
 
 // count records a report removed from the queue, for the next report.
 func (c *crash) count(reason string) {
-	if c.policy.Dir != "" {
-		admit.Drop(c.policy, reason)
+	if c.env.policy.Dir != "" {
+		admit.Drop(c.env.policy, reason)
 	}
 }
 
 // lost counts a report that could not be stored, and gives back the drops
 // it carried, so the next report says both.
 func (c *crash) lost(reason string) {
-	if c.policy.Dir == "" {
+	if c.env.policy.Dir == "" {
 		return
 	}
-	admit.Restore(c.policy, c.dropped)
-	admit.Drop(c.policy, reason)
+	admit.Restore(c.env.policy, c.out.dropped)
+	admit.Drop(c.env.policy, reason)
 }

@@ -100,48 +100,51 @@ func (r *recorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// supervise reads the headers and notes, runs the unwinding in a child,
-// and writes the minimal report if the child does not write the full one.
-func (c *crash) supervise(o KernelOptions, deadline time.Time) int {
-	in := c.pipeReader(o.Stdin, deadline)
+// supervise is the pipeline's work in a supervising parent: it reads the
+// headers and notes, has a child do the rest (unwindHere, in RunChild),
+// and returns the registers-only report only if the child does not store
+// the full one (nil when it did).
+func (c *crash) supervise(o KernelOptions) *report.Report {
+	if c.registersOnly {
+		return c.unwindHere() // the notes alone: nothing a child could die of
+	}
 	// The child starts now: its runtime comes up while the headers
-	// stream in. It waits for the hand-over before it reads the pipe.
+	// stream in. It waits for the hand-over before it reads the core.
 	ch, startErr := c.startChild(o)
-	rec := &recorder{r: in}
-	_, err, _ := c.readHeaders(rec)
-	if c.core == nil {
+	rec := &recorder{r: c.in.stream}
+	c.in.stream = rec
+	_, err, _ := c.readCore()
+	if c.img.core == nil {
 		if ch != nil {
 			ch.proc.Kill()
-			ch.wait(deadline)
+			ch.wait(c.deadline)
 		}
-		c.stdin.Close()
-		c.frozen = time.Since(c.start)
-		c.errorf("reading the core: %v", err)
-		return c.store(c.minimalReport())
+		c.release()
+		c.out.frozen = time.Since(c.start)
+		c.coreError(err)
+		return c.minimalReport()
 	}
-
 	why := startErr
 	if ch != nil {
 		ch.handOver(c, rec.chunks)
-		// The pipe is the child's now: the parent's copy must not keep
-		// the dump (and the crashed process) alive.
-		c.stdin.Close()
-		why = ch.wait(deadline)
-	} else {
-		c.stdin.Close()
+		// The core is the child's now: the parent's copy of the pipe must
+		// not keep the dump (and the crashed process) alive.
+		c.release()
+		why = ch.wait(c.deadline)
 	}
-	c.frozen = time.Since(c.start)
-	c.supervisor = ch != nil
+	c.release()
+	c.out.frozen = time.Since(c.start)
+	c.env.supervisor = ch != nil
 	if why == "" {
-		return 0
+		return nil
 	}
-	c.log.Errorf("pid %d: %s; writing the registers-only report", c.pid, why)
+	c.env.log.Errorf("pid %d: %s; writing the registers-only report", c.proc.pid, why)
 	if err != nil {
-		c.errorf("reading the core: %v", err)
+		c.coreError(err)
 	}
 	c.errorf("full unwind failed: %s", why)
 	c.registersResults()
-	return c.store(c.report())
+	return c.report()
 }
 
 // child is the running unwinding child.
@@ -188,10 +191,10 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 	ch := &child{handW: handW, statusR: statusR, stderr: &headWriter{max: 8 << 10}, done: make(chan waitResult, 1)}
 	// os.StartProcess rather than os/exec: the same fork and exec without
 	// linking os/exec's path lookup and I/O plumbing into the handler.
-	files := []*os.File{c.stdin, null, errW, hand, status}
-	if c.pidfd != nil {
+	files := []*os.File{c.in.fd(), null, errW, hand, status}
+	if c.proc.pidfd != nil {
 		// The pidfd goes on as ChildPidfd; the child checks it again.
-		ch.pidf = os.NewFile(uintptr(c.pidfd.fd), "pidfd")
+		ch.pidf = os.NewFile(uintptr(c.proc.pidfd.fd), "pidfd")
 		files = append(files, ch.pidf)
 	}
 	ch.proc, err = os.StartProcess(o.Self, append([]string{o.Self, ChildFlag, o.ConfigPath}, o.Args...), &os.ProcAttr{
@@ -203,8 +206,14 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 		closeAll(handW, statusR, errR)
 		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)
 	}
+	// With the log on stderr (UNWOUND_LOG_STDERR) the child's lines go
+	// there too, as they would unsupervised.
+	var sink io.Writer = ch.stderr
+	if w := c.env.log.passthrough(); w != nil {
+		sink = io.MultiWriter(ch.stderr, w)
+	}
 	go func() {
-		io.Copy(ch.stderr, errR)
+		io.Copy(sink, errR)
 		errR.Close()
 		st, err := ch.proc.Wait()
 		ch.done <- waitResult{st, err}
@@ -222,7 +231,7 @@ func closeAll(fs ...*os.File) {
 // the core bytes read so far.
 func (ch *child) handOver(c *crash, prefix [][]byte) {
 	go func() {
-		ch.handW.Write(handover{StartNS: c.start.UnixNano(), Dropped: c.dropped}.format())
+		ch.handW.Write(handover{StartNS: c.start.UnixNano(), Dropped: c.out.dropped}.format())
 		for _, b := range prefix {
 			if _, err := ch.handW.Write(b); err != nil {
 				break
@@ -334,14 +343,16 @@ func RunChild(o ChildOptions) int {
 		lg.Errorf("%s: reading the hand-over: %v", ChildFlag, err)
 		return 2
 	}
-	c, _, deadline, stop := startKernel(lg, o.Args[0], o.Args[1:], time.Unix(0, h.StartNS), true)
+	start := time.Unix(0, h.StartNS)
+	e, ka, notes, stop := startKernel(lg, o.Args[0], o.Args[1:], start, true)
 	defer stop()
-	c.dropped = h.Dropped
-	c.drift = func() { LogDrift(lg, "", o.Args[0], c.cfg.RateLimit.MaxConcurrent) }
-	c.inject = childInject()
-	c.parent = os.Getppid()
-	c.pidfd = childPidfd(c.pid)
-	rc := c.run(o.Stdin, br, deadline)
+	e.drift = func() { LogDrift(lg, "", o.Args[0], e.cfg.RateLimit.MaxConcurrent) }
+	e.inject = childInject()
+	e.parent = os.Getppid()
+	in := pipeInput(o.Stdin, br, ka, len(o.Args)-1, childPidfd(ka.PID), start.Add(e.cfg.Handler.Deadline.D()))
+	c := newCrash(e, in, start)
+	c.out.errs, c.out.dropped = notes, h.Dropped
+	c.pipeline((*crash).unwindHere)
 	o.Status.Write([]byte("stored\n"))
-	return rc
+	return 0
 }

@@ -197,6 +197,20 @@ func TestSupervisedChildReports(t *testing.T) {
 	}
 }
 
+// With the log on stderr, a supervised child's lines reach it: a report
+// the child cannot store is said there, not lost in silence (issue 29).
+func TestSupervisedChildLogPassesThrough(t *testing.T) {
+	// The first [queue] dir counts: one that cannot be a directory.
+	h := newHandlerEnv(t, "supervise = true\n[queue]\ndir = \"/dev/null/q\"")
+	run := h.run(t, handlerBinary(t, ""), stackCore().bytes(), noProcArgs, false)
+	if run.rc != 0 || len(run.reports) != 0 {
+		t.Fatalf("exit %d, %d reports; stderr:\n%s", run.rc, len(run.reports), run.log)
+	}
+	if !strings.Contains(run.log, "for pid 999999999 lost") {
+		t.Errorf("the child's \"report lost\" line is not on stderr:\n%s", run.log)
+	}
+}
+
 // Dump mode 2 (a process that changed credentials) follows
 // handler.dump_mode_policy: the usual report, the registers alone, or
 // nothing but a count in the next report.
@@ -249,6 +263,27 @@ func TestHandoverRoundTrip(t *testing.T) {
 	for _, bad := range []string{"", "x\n", "1 a\n", "1 a=-1\n", "1 a=b\n"} {
 		if _, err := parseHandover(bad); err == nil {
 			t.Errorf("parseHandover(%q): no error", bad)
+		}
+	}
+}
+
+// handler.save_core_dir keeps the whole core, as it streamed in, beside
+// the report, supervised or not.
+func TestSupervisedSaveCoreDir(t *testing.T) {
+	core := stackCore().bytes()
+	for _, sup := range []string{"true", "false"} {
+		save := t.TempDir()
+		h := newHandlerEnv(t, "supervise = "+sup+"\nsave_core_dir = \""+save+"\"")
+		run := h.run(t, handlerBinary(t, ""), core, noProcArgs, false)
+		if run.rc != 0 || len(run.reports) != 1 || run.reports[0].Handler.Mode != "stream" {
+			t.Fatalf("supervise=%s: exit %d, %d reports; stderr:\n%s", sup, run.rc, len(run.reports), run.log)
+		}
+		saved, _ := filepath.Glob(filepath.Join(save, "core.999999999.*"))
+		if len(saved) != 1 {
+			t.Fatalf("supervise=%s: saved %q", sup, saved)
+		}
+		if b, _ := os.ReadFile(saved[0]); !bytes.Equal(b, core) {
+			t.Errorf("supervise=%s: saved %d bytes, the core has %d", sup, len(b), len(core))
 		}
 	}
 }

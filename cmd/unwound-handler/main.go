@@ -6,6 +6,9 @@
 //
 //	unwound-handler --config /etc/unwound/unwound.toml [--pidfd=%F] %P %I %s %t %d %c %E %e
 //
+// Tried by hand with a core file on standard input (`... %e < core`), the
+// file is read as one, and the report queued as the kernel's would be.
+//
 // Install line:  unwound-handler --config PATH [--pidfd auto|on|off] --core-pattern
 // Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]
 // Uninstall:     unwound-handler [--config PATH] uninstall [--root DIR] [--force]
