@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
@@ -106,6 +107,9 @@ func (strat prologueStrategy) step(u *unwinder, f *frame) (state, error) {
 	}
 	next, err := strat.prologue(u, f.m, f.cur, f.first)
 	if err != nil {
+		if lost := strat.lostRA(u, f); lost != nil {
+			return state{}, lost
+		}
 		return state{}, err
 	}
 	// The start came from a symbol; the return address must still follow
@@ -114,4 +118,33 @@ func (strat prologueStrategy) step(u *unwinder, f *frame) (state, error) {
 		return state{}, err
 	}
 	return next, nil
+}
+
+// lostRA ends the walk where the return address is gone: the frame's PC
+// returns from a call (it is no interrupted PC), and the function, decoded
+// from its start (a symbol, or the target of a direct call), saved
+// nothing before that call: the return address was in the link register,
+// and the call overwrote it. Such a call does not return (clang omits the
+// save before abort()), and whatever a scan found above would skip the
+// callers whose return addresses were never stored: wrong frames, where
+// stopping is honest.
+func (prologueStrategy) lostRA(u *unwinder, f *frame) error {
+	a := u.p.Arch
+	if f.cur.exact || f.cur.spApprox || a.LR < 0 || a.Prologue == nil {
+		return nil
+	}
+	b := f.m.Bias()
+	pc := f.cur.pc - b
+	start, ok := u.funcStart(f.m.File, lookupPC(f.cur)-b)
+	if !ok || pc <= start || pc-start > prologue.MaxCode {
+		return nil
+	}
+	code := make([]byte, pc-start)
+	if f.m.File.ReadCode(start, code) != nil {
+		return nil
+	}
+	if _, err := a.Prologue(code, start, pc, f.cur.thumb); !errors.Is(err, prologue.ErrNoPrologue) {
+		return nil
+	}
+	return &stepError{StopUndefinedRA, fmt.Sprintf("the function at %#x saved no return address before its call returning to %#x, which does not return: its callers are unknown", start+b, f.cur.pc)}
 }

@@ -353,3 +353,30 @@ func TestScanStopsAtUnloadedModule(t *testing.T) {
 		}
 	}
 }
+
+// clang omits saving the link register before a call that does not
+// return (ab2: str w0, [x8]; bl abort): the return address into ab2's
+// caller is nowhere on the stack. The walk stops there, saying why,
+// instead of scanning up to a return address that skips ab1 and main.
+func TestAArch64LostReturnAddressStops(t *testing.T) {
+	f := newFake(t, arch.AArch64)
+	const ab1, ab2, abort, outer = 0x10100, 0x10200, 0x10400, 0x10600
+	f.insn32(ab1+4, blA64(ab1+4, ab2))
+	f.insn32(ab2, 0xb9009900)            // str w0, [x8, #152]
+	f.insn32(ab2+4, blA64(ab2+4, abort)) // bl abort
+	f.insn32(abort, 0xd503201f)          // nop: a leaf so far
+	f.insn32(outer+0x10, 0xd63f0100)     // blr x8: main's caller
+	f.withFile()
+	sp := uint64(stackBase + 0x1000)
+	f.word(sp+0x18, outer+0x14) // what a scan would take
+	var rs regs.Set
+	rs.Set(31, sp)
+	rs.Set(30, ab2+8)
+	r := f.unwind(abort+4, rs, Options{})
+	check(t, r,
+		want{abort + 4, MethodContext, TrustHigh},
+		want{ab2 + 8, MethodLR, TrustMedium})
+	if r.Stop != StopUndefinedRA || !strings.Contains(r.Detail, "saved no return address") {
+		t.Errorf("stop %s: %q, want undefined_ra: the return address was lost", r.Stop, r.Detail)
+	}
+}
