@@ -288,3 +288,35 @@ func tableBiasDelta(t *testing.T, path string) int64 {
 	}
 	return table - text
 }
+
+// TestEHABIGapWithoutCantUnwind: mold leaves no EXIDX_CANTUNWIND over code
+// that has no index entry (GNU ld and lld fill those gaps), so a PC in
+// glibc's assembly memset found __pthread_unwind_next's entry 22 KiB
+// below, and the walk skipped memset's caller at high trust. A function
+// many direct calls target, between the entry's start and the PC, says
+// the entry is not the PC's function: no wrong frame at high or medium
+// trust, on both mold builds of the wild memcpy (ARM, clang, static).
+func TestEHABIGapWithoutCantUnwind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
+	variants := []string{"clang-mold-default-static", "clang-mold-tables-static"}
+	dir := fixture.BuildVariants(t, "arm", variants...)
+	for _, v := range variants {
+		b := fixture.Binary{Arch: "arm", Variant: v, Prog: "crash", Dir: dir}
+		if _, err := os.Stat(b.Stripped()); err != nil {
+			continue // not built here (build.sh says why)
+		}
+		t.Run(v, func(t *testing.T) {
+			got, want := matrixCase(t, b, "memcpy")
+			if want == nil {
+				t.Skip("no gdb walk of this core")
+			}
+			var fig fixture.Figures
+			if trusted := countFigures(t, &fig, b, "memcpy", got, want); trusted > 0 || len(fig.Cases) > 0 {
+				t.Errorf("wrong frames (%d at high or medium trust): %s\nours: %s", trusted, strings.Join(fig.Cases, "; "), framesOf(got.Crashed()))
+			}
+			t.Logf("%d of gdb's %d frames: %s", fig.Equal, fig.Want, framesOf(got.Crashed()))
+		})
+	}
+}

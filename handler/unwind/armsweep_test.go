@@ -64,7 +64,7 @@ int main(int argc, char **argv) { (void)argv; return top(argc) + 1; }
 			if err != nil {
 				t.Fatal(err)
 			}
-			targets := callTargets(arch.ARM, f)
+			targets := callTargets(arch.ARM, f).all
 			found := map[string]bool{}
 			falses := 0
 			for _, tg := range targets {

@@ -227,14 +227,34 @@ const (
 // the PC would reach it, and a scan would skip the frames of functions
 // that tail-called on (musl's __syscall_cp, pthread_cond_wait).
 func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
+	return before(u.starts(f).all, vaddr)
+}
+
+// strongBefore is targetBefore among the targets of more than one call:
+// a false target, decoded from data or from the middle of an instruction,
+// is hit once by chance, a function such as memset by dozens of calls.
+func (u *unwinder) strongBefore(f *module.File, vaddr uint64) (uint64, bool) {
+	return before(u.starts(f).strong, vaddr)
+}
+
+// callStarts are a file's direct-call targets, sorted: all of them, and
+// those that several calls target.
+type callStarts struct{ all, strong []uint64 }
+
+func (u *unwinder) starts(f *module.File) callStarts {
 	t, ok := u.p.targets[f]
 	if !ok {
 		t = callTargets(u.p.Arch, f)
 		if u.p.targets == nil {
-			u.p.targets = map[*module.File][]uint64{}
+			u.p.targets = map[*module.File]callStarts{}
 		}
 		u.p.targets[f] = t
 	}
+	return t
+}
+
+// before returns the highest of the sorted addresses t at or below vaddr.
+func before(t []uint64, vaddr uint64) (uint64, bool) {
 	i := sort.Search(len(t), func(i int) bool { return t[i] > vaddr }) - 1
 	if i < 0 {
 		return 0, false
@@ -243,25 +263,37 @@ func (u *unwinder) targetBefore(f *module.File, vaddr uint64) (uint64, bool) {
 }
 
 // callTargets sweeps f's executable segment for direct calls and returns
-// their targets inside the segment, sorted. Data in code may decode as a
-// call: its target lands in the segment by chance only, and a false start
-// makes validation refuse more, never accept more.
-func callTargets(a *arch.Arch, f *module.File) []uint64 {
-	return sweep(f, a.CallTargets, nil)
+// their targets inside the segment. Data in code may decode as a call: its
+// target lands in the segment by chance only, and a false start makes
+// validation refuse more, never accept more.
+func callTargets(a *arch.Arch, f *module.File) callStarts {
+	hits := sweep(f, a.CallTargets)
+	var t callStarts
+	t.all = make([]uint64, 0, len(hits))
+	for a, n := range hits {
+		t.all = append(t.all, a)
+		// Chunks overlap by a call's size: a call there is seen twice.
+		if n > 2 {
+			t.strong = append(t.strong, a)
+		}
+	}
+	sort.Slice(t.all, func(i, j int) bool { return t.all[i] < t.all[j] })
+	sort.Slice(t.strong, func(i, j int) bool { return t.strong[i] < t.strong[j] })
+	return t
 }
 
 // sweep runs the decoder dec over f's executable segment and returns the
-// addresses it emits inside the segment (that keep passes, when set),
-// sorted.
-func sweep(f *module.File, dec func([]byte, uint64, func(uint64)), keep func(uint64) bool) []uint64 {
+// addresses it emits inside the segment, with how often each was emitted
+// (saturating at 255).
+func sweep(f *module.File, dec func([]byte, uint64, func(uint64))) map[uint64]uint8 {
 	start, size, ok := f.Code()
 	if !ok || dec == nil || size > maxSweep {
 		return nil
 	}
-	seen := map[uint64]bool{}
+	seen := map[uint64]uint8{}
 	emit := func(t uint64) {
-		if t >= start && t-start < size {
-			seen[t] = true
+		if t >= start && t-start < size && seen[t] < 255 {
+			seen[t]++
 		}
 	}
 	buf := make([]byte, arch.MaxCallSize+sweepChunk)
@@ -276,12 +308,5 @@ func sweep(f *module.File, dec func([]byte, uint64, func(uint64)), keep func(uin
 		}
 		dec(code, start+lo, emit)
 	}
-	out := make([]uint64, 0, len(seen))
-	for t := range seen {
-		if keep == nil || keep(t) {
-			out = append(out, t)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return seen
 }

@@ -26,6 +26,13 @@ func (ehabiStrategy) ehabi(u *unwinder, m *module.Module, cur state) (state, err
 	if fs, ok := m.File.FuncStart(pc); ok && fs > e.Start {
 		return state{}, &noEntry{m.Path, fs, err != nil, e.Start, e.End}
 	}
+	// Stripped, a function many calls target says the same: mold leaves
+	// no EXIDX_CANTUNWIND over code without entries (glibc's memset, in
+	// assembly), so memset took __pthread_unwind_next's program, 22 KiB
+	// below, at high trust.
+	if fs, ok := u.strongBefore(m.File, pc); ok && fs > e.Start {
+		return state{}, &noEntry{m.Path, fs, err != nil, e.Start, e.End}
+	}
 	if err != nil {
 		return state{}, &cantUnwind{m.Path, e.Start, e.End}
 	}

@@ -29,19 +29,18 @@ func (scanStrategy) takenBefore(u *unwinder, f *module.File, vaddr uint64) (uint
 	t, ok := u.p.taken[f]
 	if !ok {
 		code := make([]byte, 8)
-		t = sweep(f, a.Taken, func(s uint64) bool {
-			return f.ReadCode(s, code) == nil && a.Entry != nil && a.Entry(code)
-		})
+		for s := range sweep(f, a.Taken) {
+			if f.ReadCode(s, code) == nil && a.Entry != nil && a.Entry(code) {
+				t = append(t, s)
+			}
+		}
+		sort.Slice(t, func(i, j int) bool { return t[i] < t[j] })
 		if u.p.taken == nil {
 			u.p.taken = map[*module.File][]uint64{}
 		}
 		u.p.taken[f] = t
 	}
-	i := sort.Search(len(t), func(i int) bool { return t[i] > vaddr }) - 1
-	if i < 0 {
-		return 0, false
-	}
-	return t[i], true
+	return before(t, vaddr)
 }
 
 // frameSlot returns where the return address of cur's frame lies, from the

@@ -42,7 +42,7 @@ func BenchmarkCallTargets(b *testing.B) {
 		b.SetBytes(int64(size))
 		var n int
 		for i := 0; i < b.N; i++ {
-			n = len(callTargets(arch.X86_64, f))
+			n = len(callTargets(arch.X86_64, f).all)
 		}
 		b.ReportMetric(float64(n), "targets")
 	})

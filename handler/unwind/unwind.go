@@ -61,7 +61,7 @@ type Process struct {
 	Load func(m *module.Module)
 
 	// targets caches each file's direct-call targets (callTargets).
-	targets map[*module.File][]uint64
+	targets map[*module.File]callStarts
 	// taken caches each file's address-taken function starts (takenStarts).
 	taken map[*module.File][]uint64
 }
