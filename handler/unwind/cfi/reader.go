@@ -53,36 +53,85 @@ func (r *reader) u8() (byte, error) {
 	return b[0], nil
 }
 
-func (r *reader) u16() (uint16, error) {
-	b, err := r.bytes(2)
-	if err != nil {
-		return 0, err
+// fixed reads an n-byte integer (n is 1, 2, 4 or 8) in the reader's byte
+// order, sign-extended when signed.
+func (r *reader) fixed(n int, signed bool) (uint64, error) {
+	f := operand(n)
+	if signed {
+		f |= fSigned
 	}
-	return r.order.Uint16(b), nil
+	return r.operand(f)
 }
 
-func (r *reader) u32() (uint32, error) {
-	b, err := r.bytes(4)
-	if err != nil {
-		return 0, err
-	}
-	return r.order.Uint32(b), nil
-}
+// operand is the form of an instruction's operand.
+type operand uint8
 
-func (r *reader) u64() (uint64, error) {
-	b, err := r.bytes(8)
-	if err != nil {
-		return 0, err
+// The fixed-width forms are their size, plus fSigned for signed ones.
+const (
+	fNone     operand = 0
+	fU1       operand = 1
+	fU2       operand = 2
+	fU4       operand = 4
+	fU8       operand = 8
+	fSigned   operand = 0x10
+	fS1               = fSigned | fU1
+	fS2               = fSigned | fU2
+	fS4               = fSigned | fU4
+	fS8               = fSigned | fU8
+	fAddr     operand = 0x20 // target address size (CIE or file)
+	fULEB     operand = 0x21
+	fSLEB     operand = 0x22
+	fImplicit operand = 0x40 // in the opcode itself: the caller's low value
+	fBlock    operand = 0x24 // a ULEB128 length; the block's bytes follow
+)
+
+// operand decodes one operand of form f: the one place fixed-width and
+// LEB128 operands of CFA instructions, DWARF operators and pointer
+// encodings are decoded. A block's length is checked against what is
+// left; its bytes are left for the caller to take. An implicit operand
+// is not decoded (it is 0 here).
+func (r *reader) operand(f operand) (uint64, error) {
+	switch f {
+	case fImplicit:
+		return 0, nil
+	case fULEB:
+		return r.uleb()
+	case fSLEB:
+		v, err := r.sleb()
+		return uint64(v), err
+	case fBlock:
+		n, err := r.uleb()
+		if err == nil && n > uint64(len(r.b)-r.off) {
+			err = errTruncated
+		}
+		return n, err
+	case fAddr:
+		f = fU8
+		if r.ptr == 4 {
+			f = fU4
+		}
+	}
+	n := int(f &^ fSigned)
+	if n > len(r.b)-r.off {
+		return 0, errTruncated
+	}
+	b := r.b[r.off : r.off+n]
+	r.off += n
+	switch f {
+	case fU1:
+		return uint64(b[0]), nil
+	case fS1:
+		return uint64(int8(b[0])), nil
+	case fU2:
+		return uint64(r.order.Uint16(b)), nil
+	case fS2:
+		return uint64(int16(r.order.Uint16(b))), nil
+	case fU4:
+		return uint64(r.order.Uint32(b)), nil
+	case fS4:
+		return uint64(int32(r.order.Uint32(b))), nil
 	}
 	return r.order.Uint64(b), nil
-}
-
-func (r *reader) addr() (uint64, error) {
-	if r.ptr == 4 {
-		v, err := r.u32()
-		return uint64(v), err
-	}
-	return r.u64()
 }
 
 func (r *reader) uleb() (uint64, error) {
@@ -133,19 +182,57 @@ func (r *reader) cstring() (string, error) {
 	return "", errTruncated
 }
 
+// operands decodes an instruction's operands of forms f (fNone ends them)
+// into args. An implicit operand keeps the value args has. A block operand
+// comes last: its bytes are returned.
+func (r *reader) operands(f *[2]operand, args *[2]uint64) (blk []byte, err error) {
+	for i, form := range f {
+		switch form {
+		case fNone:
+			return blk, nil
+		case fImplicit:
+			continue
+		}
+		if args[i], err = r.operand(form); err != nil {
+			return nil, err
+		}
+		if form == fBlock {
+			blk, _ = r.bytes(int(args[i])) // operand checked the length
+		}
+	}
+	return blk, nil
+}
+
+// decodes says whether forms f have an operand to read: a check the
+// interpreters make inline, since most operators have none.
+func decodes(f *[2]operand) bool {
+	return f[0]&^fImplicit != fNone || f[1] != fNone
+}
+
+// encForm is the operand form of each pointer encoding's low nibble
+// (fNone where the nibble is undefined).
+var encForm = [16]operand{
+	dwEHPEabsptr:  fAddr,
+	dwEHPEuleb128: fULEB,
+	dwEHPEudata2:  fU2,
+	dwEHPEudata4:  fU4,
+	dwEHPEudata8:  fU8,
+	dwEHPEsleb128: fSLEB,
+	dwEHPEsdata2:  fS2,
+	dwEHPEsdata4:  fS4,
+	dwEHPEsdata8:  fS8,
+}
+
 // encSize is the size of a fixed-size encoding, 0 for LEB128 or omit.
 func encSize(enc byte, ptr int) int {
-	switch enc & 0x0f {
-	case dwEHPEabsptr:
+	switch f := encForm[enc&0x0f]; f {
+	case fAddr:
 		return ptr
-	case dwEHPEudata2, dwEHPEsdata2:
-		return 2
-	case dwEHPEudata4, dwEHPEsdata4:
-		return 4
-	case dwEHPEudata8, dwEHPEsdata8:
-		return 8
+	case fULEB, fSLEB:
+		return 0
+	default:
+		return int(f &^ fSigned)
 	}
-	return 0
 }
 
 // encoded reads a pointer in encoding enc. secAddr is the address of
@@ -168,38 +255,11 @@ func (r *reader) encoded(enc byte, secAddr, dataBase uint64, _ any) (uint64, err
 			}
 		}
 	}
-	var v uint64
-	var err error
-	switch enc & 0x0f {
-	case dwEHPEabsptr:
-		v, err = r.addr()
-	case dwEHPEuleb128:
-		v, err = r.uleb()
-	case dwEHPEudata2:
-		var x uint16
-		x, err = r.u16()
-		v = uint64(x)
-	case dwEHPEudata4:
-		var x uint32
-		x, err = r.u32()
-		v = uint64(x)
-	case dwEHPEudata8, dwEHPEsdata8:
-		v, err = r.u64()
-	case dwEHPEsleb128:
-		var x int64
-		x, err = r.sleb()
-		v = uint64(x)
-	case dwEHPEsdata2:
-		var x uint16
-		x, err = r.u16()
-		v = uint64(int64(int16(x)))
-	case dwEHPEsdata4:
-		var x uint32
-		x, err = r.u32()
-		v = uint64(int64(int32(x)))
-	default:
+	f := encForm[enc&0x0f]
+	if f == fNone {
 		return 0, fmt.Errorf("pointer encoding %#x", enc)
 	}
+	v, err := r.operand(f)
 	if err != nil {
 		return 0, err
 	}

@@ -135,257 +135,231 @@ type savedState struct {
 	ra   bool
 }
 
+// cfaAction is what an instruction does once its operands are read.
+type cfaAction uint8
+
+const (
+	doUnknown      cfaAction = iota // not an opcode we know
+	doNop                           // DW_CFA_nop
+	doSetLoc                        // DW_CFA_set_loc: operand in the CIE's encoding
+	doAdvance                       // advance the location by arg0 code units
+	doRule                          // register arg0 gets a rule of kind rule
+	doRestore                       // register arg0 gets its rule after the CIE
+	doRemember                      // DW_CFA_remember_state
+	doRestoreState                  // DW_CFA_restore_state
+	doDefCFA                        // CFA = register arg0 + offset arg1
+	doCFAReg                        // CFA register = arg0
+	doCFAOff                        // CFA offset = arg0
+	doCFAExpr                       // CFA = expression
+	doArgsSize                      // DW_CFA_GNU_args_size
+	doNegateRA                      // AArch64 negate_ra_state
+)
+
+// Flags on how an offset operand is scaled.
+const (
+	cfaScaled  = 1 << iota // times the CIE's data alignment
+	cfaNegated             // negated (DW_CFA_GNU_negative_offset_extended)
+)
+
+// cfaSpec is one DW_CFA instruction: its operands, its action, the rule
+// kind it sets and how its offset is scaled.
+type cfaSpec struct {
+	args  [2]operand
+	act   cfaAction
+	rule  RuleKind
+	flags uint8
+	name  string // for the errors that name the instruction
+}
+
+// cfaTable holds the instructions with a whole opcode byte; cfaFor adds
+// the three whose operand is in the opcode's low six bits.
+var cfaTable = [0x30]cfaSpec{
+	cfaNop:         {act: doNop},
+	cfaSetLoc:      {act: doSetLoc},
+	cfaAdvanceLoc1: {args: [2]operand{fU1}, act: doAdvance},
+	cfaAdvanceLoc2: {args: [2]operand{fU2}, act: doAdvance},
+	cfaAdvanceLoc4: {args: [2]operand{fU4}, act: doAdvance},
+	cfaOffsetExt:   {args: [2]operand{fULEB, fULEB}, act: doRule, rule: RuleOffset, flags: cfaScaled},
+	cfaRestoreExt:  {args: [2]operand{fULEB}, act: doRestore, name: "DW_CFA_restore_extended"},
+	cfaUndefined:   {args: [2]operand{fULEB}, act: doRule, rule: RuleUndefined},
+	cfaSameValue:   {args: [2]operand{fULEB}, act: doRule, rule: RuleSameValue},
+	cfaRegister:    {args: [2]operand{fULEB, fULEB}, act: doRule, rule: RuleRegister},
+	cfaRemember:    {act: doRemember},
+	cfaRestoreSt:   {act: doRestoreState},
+	cfaDefCFA:      {args: [2]operand{fULEB, fULEB}, act: doDefCFA},
+	cfaDefCFAReg:   {args: [2]operand{fULEB}, act: doCFAReg},
+	cfaDefCFAOff:   {args: [2]operand{fULEB}, act: doCFAOff},
+	cfaDefCFAExpr:  {args: [2]operand{fBlock}, act: doCFAExpr},
+	cfaExpression:  {args: [2]operand{fULEB, fBlock}, act: doRule, rule: RuleExpression},
+	cfaOffsetExtSf: {args: [2]operand{fULEB, fSLEB}, act: doRule, rule: RuleOffset, flags: cfaScaled},
+	cfaDefCFASf:    {args: [2]operand{fULEB, fSLEB}, act: doDefCFA, flags: cfaScaled},
+	cfaDefCFAOffSf: {args: [2]operand{fSLEB}, act: doCFAOff, flags: cfaScaled},
+	cfaValOffset:   {args: [2]operand{fULEB, fULEB}, act: doRule, rule: RuleValOffset, flags: cfaScaled},
+	cfaValOffSf:    {args: [2]operand{fULEB, fSLEB}, act: doRule, rule: RuleValOffset, flags: cfaScaled},
+	cfaValExpr:     {args: [2]operand{fULEB, fBlock}, act: doRule, rule: RuleValExpression},
+	cfaAdvLoc8:     {args: [2]operand{fU8}, act: doAdvance},
+	cfaGNUWindow:   {act: doNegateRA},
+	cfaGNUArgsSize: {args: [2]operand{fULEB}, act: doArgsSize},
+	cfaGNUNegOff:   {args: [2]operand{fULEB, fULEB}, act: doRule, rule: RuleOffset, flags: cfaScaled | cfaNegated},
+}
+
+// The instructions with an operand in the opcode, by its top two bits.
+var cfaCompact = [4]cfaSpec{
+	1: {args: [2]operand{fImplicit}, act: doAdvance},                                         // DW_CFA_advance_loc
+	2: {args: [2]operand{fImplicit, fULEB}, act: doRule, rule: RuleOffset, flags: cfaScaled}, // DW_CFA_offset
+	3: {args: [2]operand{fImplicit}, act: doRestore, name: "DW_CFA_restore"},                 // DW_CFA_restore
+}
+
+// cfaFor returns op's spec and the value of its implicit operand.
+func cfaFor(op byte) (*cfaSpec, uint64) {
+	if op >= 0x40 {
+		return &cfaCompact[op>>6], uint64(op & 0x3f)
+	}
+	if int(op) < len(cfaTable) {
+		return &cfaTable[op], 0
+	}
+	return &cfaNoSpec, 0
+}
+
+var cfaNoSpec cfaSpec // doUnknown
+
 // run interprets instructions starting at location x.loc, stopping (and
 // setting x.done) before the first advance past pc. insnsAddr is the
 // address of insns[0], the base of pcrel DW_CFA_set_loc operands.
 func (x *exec) run(insns []byte, insnsAddr, pc uint64, inCIE bool) error {
-	t, c, row := x.t, x.cie, x.row
-	r := reader{b: insns, order: t.arch.Order, ptr: c.AddrSize}
-	advance := func(delta uint64) bool {
-		hi, d := bits.Mul64(delta, c.CodeAlign)
-		loc, carry := bits.Add64(x.loc, d, 0)
-		if hi != 0 || carry != 0 || loc > pc {
-			x.done = true
-			return false
-		}
-		x.loc, row.Loc = loc, loc
-		return true
-	}
-	set := func(reg uint64, rule Rule) {
-		if reg < regs.Max {
-			row.Regs[reg] = rule
-		}
-	}
+	r := reader{b: insns, order: x.t.arch.Order, ptr: x.cie.AddrSize}
 	for r.off < len(r.b) {
 		x.steps++
 		if x.steps > maxInsns {
 			return fmt.Errorf("more than %d instructions", maxInsns)
 		}
-		op, _ := r.u8()
-		var err error
-		switch op & 0xc0 {
-		case cfaAdvanceLoc:
-			if !advance(uint64(op & 0x3f)) {
-				return nil
-			}
-			continue
-		case cfaOffset:
-			var n uint64
-			if n, err = r.uleb(); err != nil {
+		op := r.b[r.off]
+		r.off++
+		s, low := cfaFor(op)
+		args := [2]uint64{low}
+		var blk []byte
+		if decodes(&s.args) {
+			var err error
+			if blk, err = r.operands(&s.args, &args); err != nil {
 				return err
 			}
-			set(uint64(op&0x3f), Rule{Kind: RuleOffset, Offset: int64(n) * c.DataAlign})
-			continue
-		case cfaRestore:
-			if inCIE {
-				return fmt.Errorf("DW_CFA_restore in a CIE")
-			}
-			set(uint64(op&0x3f), x.initial[op&0x3f])
-			continue
 		}
-		switch op {
-		case cfaNop:
-		case cfaSetLoc:
-			var a uint64
-			enc := c.FDEEnc
-			if t.debug {
-				enc = dwEHPEabsptr
-			}
-			if a, err = r.encoded(enc, insnsAddr, 0, nil); err != nil {
-				return err
-			}
-			if a < x.loc {
-				return fmt.Errorf("DW_CFA_set_loc goes backwards")
-			}
-			if a > pc {
-				x.done = true
-				return nil
-			}
-			x.loc, row.Loc = a, a
-		case cfaAdvanceLoc1, cfaAdvanceLoc2, cfaAdvanceLoc4, cfaAdvLoc8:
-			var d uint64
-			switch op {
-			case cfaAdvanceLoc1:
-				var v byte
-				v, err = r.u8()
-				d = uint64(v)
-			case cfaAdvanceLoc2:
-				var v uint16
-				v, err = r.u16()
-				d = uint64(v)
-			case cfaAdvanceLoc4:
-				var v uint32
-				v, err = r.u32()
-				d = uint64(v)
-			default:
-				d, err = r.u64()
-			}
-			if err != nil {
-				return err
-			}
-			if !advance(d) {
-				return nil
-			}
-		case cfaOffsetExt, cfaOffsetExtSf, cfaValOffset, cfaValOffSf, cfaGNUNegOff:
-			reg, err := r.uleb()
-			if err != nil {
-				return err
-			}
-			var off int64
-			switch op {
-			case cfaOffsetExt, cfaValOffset, cfaGNUNegOff:
-				var n uint64
-				n, err = r.uleb()
-				off = int64(n) * c.DataAlign
-				if op == cfaGNUNegOff {
-					off = -off
-				}
-			default:
-				var n int64
-				n, err = r.sleb()
-				off = n * c.DataAlign
-			}
-			if err != nil {
-				return err
-			}
-			kind := RuleOffset
-			if op == cfaValOffset || op == cfaValOffSf {
-				kind = RuleValOffset
-			}
-			set(reg, Rule{Kind: kind, Offset: off})
-		case cfaRestoreExt, cfaUndefined, cfaSameValue:
-			reg, err := r.uleb()
-			if err != nil {
-				return err
-			}
-			switch op {
-			case cfaRestoreExt:
-				if inCIE {
-					return fmt.Errorf("DW_CFA_restore_extended in a CIE")
-				}
-				if reg < regs.Max {
-					set(reg, x.initial[reg])
-				}
-			case cfaUndefined:
-				set(reg, Rule{Kind: RuleUndefined})
-			default:
-				set(reg, Rule{Kind: RuleSameValue})
-			}
-		case cfaRegister:
-			reg, err1 := r.uleb()
-			reg2, err2 := r.uleb()
-			if err1 != nil || err2 != nil {
-				return errTruncated
-			}
-			set(reg, Rule{Kind: RuleRegister, Reg: reg2})
-		case cfaRemember:
-			if len(x.stack) >= maxRememberDep {
-				return fmt.Errorf("DW_CFA_remember_state nested deeper than %d", maxRememberDep)
-			}
-			x.stack = append(x.stack, savedState{row.CFA, row.Regs, row.RASigned})
-		case cfaRestoreSt:
-			if len(x.stack) == 0 {
-				return fmt.Errorf("DW_CFA_restore_state without remember_state")
-			}
-			s := x.stack[len(x.stack)-1]
-			x.stack = x.stack[:len(x.stack)-1]
-			// The CFA is restored too (DWARF 5 §6.4.2.4), and GCC relies on it.
-			row.CFA, row.Regs, row.RASigned = s.cfa, s.regs, s.ra
-		case cfaDefCFA, cfaDefCFASf:
-			reg, err := r.uleb()
-			if err != nil {
-				return err
-			}
-			var off int64
-			if op == cfaDefCFA {
-				var n uint64
-				n, err = r.uleb()
-				off = int64(n)
-			} else {
-				var n int64
-				n, err = r.sleb()
-				off = n * c.DataAlign
-			}
-			if err != nil {
-				return err
-			}
-			row.CFA = Rule{Kind: RuleCFARegOffset, Reg: reg, Offset: off}
-		case cfaDefCFAReg:
-			reg, err := r.uleb()
-			if err != nil {
-				return err
-			}
-			// RISC-V's CIEs start with def_cfa_register alone: like libgcc,
-			// take an unset CFA as reg+0 (DWARF 5 §6.4.2.2 assumes one).
-			switch row.CFA.Kind {
-			case RuleUnset:
-				row.CFA = Rule{Kind: RuleCFARegOffset}
-			case RuleCFARegOffset:
-			default:
-				return fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
-			}
-			row.CFA.Reg = reg
-		case cfaDefCFAOff, cfaDefCFAOffSf:
-			var off int64
-			if op == cfaDefCFAOff {
-				var n uint64
-				n, err = r.uleb()
-				off = int64(n)
-			} else {
-				var n int64
-				n, err = r.sleb()
-				off = n * c.DataAlign
-			}
-			if err != nil {
-				return err
-			}
-			if row.CFA.Kind != RuleCFARegOffset {
-				return fmt.Errorf("DW_CFA_def_cfa_offset without a register CFA")
-			}
-			row.CFA.Offset = off
-		case cfaDefCFAExpr:
-			b, err := x.block(&r)
-			if err != nil {
-				return err
-			}
-			row.CFA = Rule{Kind: RuleCFAExpression, Expr: b}
-		case cfaExpression, cfaValExpr:
-			reg, err := r.uleb()
-			if err != nil {
-				return err
-			}
-			b, err := x.block(&r)
-			if err != nil {
-				return err
-			}
-			kind := RuleExpression
-			if op == cfaValExpr {
-				kind = RuleValExpression
-			}
-			set(reg, Rule{Kind: kind, Expr: b})
-		case cfaGNUArgsSize:
-			if row.ArgsSize, err = r.uleb(); err != nil {
-				return err
-			}
-		case cfaGNUWindow:
-			if !t.arch.AArch64 {
-				return fmt.Errorf("DW_CFA_GNU_window_save (SPARC) is not supported")
-			}
-			row.RASigned = !row.RASigned
-		default:
-			return fmt.Errorf("unknown DW_CFA opcode %#x", op)
+		stop, err := x.apply(s, op, args, blk, &r, insnsAddr, pc, inCIE)
+		if stop || err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (x *exec) block(r *reader) ([]byte, error) {
-	n, err := r.uleb()
-	if err != nil {
-		return nil, err
+// apply performs one instruction. stop says an advance went past pc.
+func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader, insnsAddr, pc uint64, inCIE bool) (stop bool, err error) {
+	row, reg := x.row, args[0]
+	switch s.act {
+	case doNop:
+	case doSetLoc:
+		enc := x.cie.FDEEnc
+		if x.t.debug {
+			enc = dwEHPEabsptr
+		}
+		a, err := r.encoded(enc, insnsAddr, 0, nil)
+		if err != nil {
+			return false, err
+		}
+		if a < x.loc {
+			return false, fmt.Errorf("DW_CFA_set_loc goes backwards")
+		}
+		if a > pc {
+			x.done = true
+			return true, nil
+		}
+		x.loc, row.Loc = a, a
+	case doAdvance:
+		hi, d := bits.Mul64(args[0], x.cie.CodeAlign)
+		loc, carry := bits.Add64(x.loc, d, 0)
+		if hi != 0 || carry != 0 || loc > pc {
+			x.done = true
+			return true, nil
+		}
+		x.loc, row.Loc = loc, loc
+	case doRule:
+		rule := Rule{Kind: s.rule}
+		switch s.rule {
+		case RuleOffset, RuleValOffset:
+			rule.Offset = x.offset(s, args[1])
+		case RuleRegister:
+			rule.Reg = args[1]
+		case RuleExpression, RuleValExpression:
+			rule.Expr = blk
+		}
+		x.set(reg, rule)
+	case doRestore:
+		if inCIE {
+			return false, fmt.Errorf("%s in a CIE", s.name)
+		}
+		if reg < regs.Max {
+			x.set(reg, x.initial[reg])
+		}
+	case doRemember:
+		if len(x.stack) >= maxRememberDep {
+			return false, fmt.Errorf("DW_CFA_remember_state nested deeper than %d", maxRememberDep)
+		}
+		x.stack = append(x.stack, savedState{row.CFA, row.Regs, row.RASigned})
+	case doRestoreState:
+		if len(x.stack) == 0 {
+			return false, fmt.Errorf("DW_CFA_restore_state without remember_state")
+		}
+		s := x.stack[len(x.stack)-1]
+		x.stack = x.stack[:len(x.stack)-1]
+		// The CFA is restored too (DWARF 5 §6.4.2.4), and GCC relies on it.
+		row.CFA, row.Regs, row.RASigned = s.cfa, s.regs, s.ra
+	case doDefCFA:
+		row.CFA = Rule{Kind: RuleCFARegOffset, Reg: reg, Offset: x.offset(s, args[1])}
+	case doCFAReg:
+		// RISC-V's CIEs start with def_cfa_register alone: like libgcc,
+		// take an unset CFA as reg+0 (DWARF 5 §6.4.2.2 assumes one).
+		switch row.CFA.Kind {
+		case RuleUnset:
+			row.CFA = Rule{Kind: RuleCFARegOffset}
+		case RuleCFARegOffset:
+		default:
+			return false, fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
+		}
+		row.CFA.Reg = reg
+	case doCFAOff:
+		if row.CFA.Kind != RuleCFARegOffset {
+			return false, fmt.Errorf("DW_CFA_def_cfa_offset without a register CFA")
+		}
+		row.CFA.Offset = x.offset(s, args[0])
+	case doCFAExpr:
+		row.CFA = Rule{Kind: RuleCFAExpression, Expr: blk}
+	case doArgsSize:
+		row.ArgsSize = args[0]
+	case doNegateRA:
+		if !x.t.arch.AArch64 {
+			return false, fmt.Errorf("DW_CFA_GNU_window_save (SPARC) is not supported")
+		}
+		row.RASigned = !row.RASigned
+	default:
+		return false, fmt.Errorf("unknown DW_CFA opcode %#x", op)
 	}
-	if n > uint64(len(r.b)-r.off) {
-		return nil, errTruncated
+	return false, nil
+}
+
+// offset is an offset operand v as instruction s scales it.
+func (x *exec) offset(s *cfaSpec, v uint64) int64 {
+	off := int64(v)
+	if s.flags&cfaScaled != 0 {
+		off *= x.cie.DataAlign
 	}
-	return r.bytes(int(n))
+	if s.flags&cfaNegated != 0 {
+		off = -off
+	}
+	return off
+}
+
+func (x *exec) set(reg uint64, rule Rule) {
+	if reg < regs.Max {
+		x.row.Regs[reg] = rule
+	}
 }
