@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/unwound-dev/unwound/handler/cfi"
+	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/handler/unwind/cfi"
-	"github.com/unwound-dev/unwound/handler/unwind/ehabi"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )
 

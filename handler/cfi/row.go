@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // RuleKind says how to recover a register (DWARF 5 §6.4.1).

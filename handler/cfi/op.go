@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // Limits on expressions: the ones compilers emit have a handful of ops.

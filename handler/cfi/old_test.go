@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 	"math/bits"
 	"reflect"
 	"testing"
