@@ -127,6 +127,12 @@ type exec struct {
 	steps   int
 	loc     uint64 // current location
 	done    bool   // an advance went past pc
+
+	// What the run in progress works on.
+	r         reader
+	pc        uint64
+	insnsAddr uint64 // address of r.b[0]: the base of pcrel DW_CFA_set_loc
+	inCIE     bool
 }
 
 type savedState struct {
@@ -227,7 +233,9 @@ var cfaNoSpec cfaSpec // doUnknown
 // setting x.done) before the first advance past pc. insnsAddr is the
 // address of insns[0], the base of pcrel DW_CFA_set_loc operands.
 func (x *exec) run(insns []byte, insnsAddr, pc uint64, inCIE bool) error {
-	r := reader{b: insns, order: x.t.arch.Order, ptr: x.cie.AddrSize}
+	x.r = reader{b: insns, order: x.t.arch.Order, ptr: x.cie.AddrSize}
+	x.pc, x.insnsAddr, x.inCIE = pc, insnsAddr, inCIE
+	r := &x.r
 	for r.off < len(r.b) {
 		x.steps++
 		if x.steps > maxInsns {
@@ -244,16 +252,16 @@ func (x *exec) run(insns []byte, insnsAddr, pc uint64, inCIE bool) error {
 				return err
 			}
 		}
-		stop, err := x.apply(s, op, args, blk, &r, insnsAddr, pc, inCIE)
-		if stop || err != nil {
+		if err := x.apply(s, op, &args, blk); err != nil || x.done {
 			return err
 		}
 	}
 	return nil
 }
 
-// apply performs one instruction. stop says an advance went past pc.
-func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader, insnsAddr, pc uint64, inCIE bool) (stop bool, err error) {
+// apply performs one instruction, and sets x.done when an advance goes
+// past the pc.
+func (x *exec) apply(s *cfaSpec, op byte, args *[2]uint64, blk []byte) error {
 	row, reg := x.row, args[0]
 	switch s.act {
 	case doNop:
@@ -262,24 +270,24 @@ func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader,
 		if x.t.debug {
 			enc = dwEHPEabsptr
 		}
-		a, err := r.encoded(enc, insnsAddr, 0, nil)
+		a, err := x.r.encoded(enc, x.insnsAddr, 0, nil)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if a < x.loc {
-			return false, fmt.Errorf("DW_CFA_set_loc goes backwards")
+			return fmt.Errorf("DW_CFA_set_loc goes backwards")
 		}
-		if a > pc {
+		if a > x.pc {
 			x.done = true
-			return true, nil
+			return nil
 		}
 		x.loc, row.Loc = a, a
 	case doAdvance:
 		hi, d := bits.Mul64(args[0], x.cie.CodeAlign)
 		loc, carry := bits.Add64(x.loc, d, 0)
-		if hi != 0 || carry != 0 || loc > pc {
+		if hi != 0 || carry != 0 || loc > x.pc {
 			x.done = true
-			return true, nil
+			return nil
 		}
 		x.loc, row.Loc = loc, loc
 	case doRule:
@@ -294,20 +302,20 @@ func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader,
 		}
 		x.set(reg, rule)
 	case doRestore:
-		if inCIE {
-			return false, fmt.Errorf("%s in a CIE", s.name)
+		if x.inCIE {
+			return fmt.Errorf("%s in a CIE", s.name)
 		}
 		if reg < regs.Max {
 			x.set(reg, x.initial[reg])
 		}
 	case doRemember:
 		if len(x.stack) >= maxRememberDep {
-			return false, fmt.Errorf("DW_CFA_remember_state nested deeper than %d", maxRememberDep)
+			return fmt.Errorf("DW_CFA_remember_state nested deeper than %d", maxRememberDep)
 		}
 		x.stack = append(x.stack, savedState{row.CFA, row.Regs, row.RASigned})
 	case doRestoreState:
 		if len(x.stack) == 0 {
-			return false, fmt.Errorf("DW_CFA_restore_state without remember_state")
+			return fmt.Errorf("DW_CFA_restore_state without remember_state")
 		}
 		s := x.stack[len(x.stack)-1]
 		x.stack = x.stack[:len(x.stack)-1]
@@ -323,12 +331,12 @@ func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader,
 			row.CFA = Rule{Kind: RuleCFARegOffset}
 		case RuleCFARegOffset:
 		default:
-			return false, fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
+			return fmt.Errorf("DW_CFA_def_cfa_register without a register CFA")
 		}
 		row.CFA.Reg = reg
 	case doCFAOff:
 		if row.CFA.Kind != RuleCFARegOffset {
-			return false, fmt.Errorf("DW_CFA_def_cfa_offset without a register CFA")
+			return fmt.Errorf("DW_CFA_def_cfa_offset without a register CFA")
 		}
 		row.CFA.Offset = x.offset(s, args[0])
 	case doCFAExpr:
@@ -337,13 +345,13 @@ func (x *exec) apply(s *cfaSpec, op byte, args [2]uint64, blk []byte, r *reader,
 		row.ArgsSize = args[0]
 	case doNegateRA:
 		if !x.t.arch.AArch64 {
-			return false, fmt.Errorf("DW_CFA_GNU_window_save (SPARC) is not supported")
+			return fmt.Errorf("DW_CFA_GNU_window_save (SPARC) is not supported")
 		}
 		row.RASigned = !row.RASigned
 	default:
-		return false, fmt.Errorf("unknown DW_CFA opcode %#x", op)
+		return fmt.Errorf("unknown DW_CFA opcode %#x", op)
 	}
-	return false, nil
+	return nil
 }
 
 // offset is an offset operand v as instruction s scales it.
