@@ -58,7 +58,6 @@ func exercise(t *testing.T, tab *Table, a Arch, pc uint64) {
 			t.Fatalf("Lookup(%#x) returned FDE [%#x,%#x)", pc, f.Start, f.End)
 		}
 		row, err := tab.Row(f, pc)
-		diffRow(t, tab, f, pc, row, err)
 		if err != nil {
 			continue
 		}
@@ -106,11 +105,7 @@ func FuzzEval(f *testing.F) {
 			ctx.PtrSize = 4
 			ctx.Order = binary.BigEndian
 		}
-		v, err := Eval(expr, ctx)
-		ov, oerr := oldEval(expr, ctx)
-		if v != ov || fmt.Sprint(err) != fmt.Sprint(oerr) {
-			t.Fatalf("Eval(% x) = %#x, %v; old %#x, %v", expr, v, err, ov, oerr)
-		}
+		Eval(expr, ctx)
 	})
 }
 

@@ -268,7 +268,7 @@ func FuzzExec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		var s State
 		s.R[13], s.Valid = 0x8000, 0xffff
-		diffExec(t, ops, s, stack{0x8000})
+		Exec(ops, &s, stack{0x8000}, le)
 	})
 }
 
@@ -285,7 +285,7 @@ func FuzzTable(f *testing.F) {
 			if en, err := tab.Lookup(pc); err == nil {
 				var s State
 				s.R[13], s.Valid = 0x8000, 0xffff
-				diffExec(t, en.Ops, s, stack{0x8000})
+				Exec(en.Ops, &s, stack{0x8000}, le)
 			}
 		}
 	})
