@@ -189,15 +189,26 @@ const maxOps = 1024
 // r14 (EHABI §9.3, "if r15 was not popped, the return address is lr").
 func Exec(ops []byte, s *State, mem Memory, order binary.ByteOrder) error {
 	m := machine{s: s, ops: ops, vsp: s.R[13]}
-	sm := stackMem{mem, order}
+	sm := &stackMem{mem, order}
 	for steps := 0; m.i < len(ops); steps++ {
 		if steps > maxOps {
 			return errors.New("ehabi: opcode program too long")
 		}
 		op := ops[m.i]
 		m.i++
-		if err := m.step(op, sm); err != nil {
-			return err
+		// The commonest opcodes, here rather than through a call.
+		switch {
+		case op&0xc0 == 0x00: // 00xxxxxx: vsp += (x<<2) + 4
+			m.vsp += uint32(op&0x3f)<<2 + 4
+		case op&0xc0 == 0x40: // 01xxxxxx: vsp -= (x<<2) + 4
+			m.vsp -= uint32(op&0x3f)<<2 + 4
+		case op == 0xb0: // finish
+			s.Finish = true
+			m.i = len(ops)
+		default:
+			if err := m.step(op, sm); err != nil {
+				return err
+			}
 		}
 	}
 	s.R[13] = m.vsp
@@ -229,13 +240,10 @@ type stackMem struct {
 	order binary.ByteOrder
 }
 
-// step runs opcode op, EHABI §10.3's table in its order.
-func (m *machine) step(op byte, sm stackMem) error {
+// step runs opcode op, EHABI §10.3's table in its order, but for the
+// vsp adjustments and finish, which Exec does itself.
+func (m *machine) step(op byte, sm *stackMem) error {
 	switch {
-	case op&0xc0 == 0x00: // 00xxxxxx: vsp += (x<<2) + 4
-		m.vsp += uint32(op&0x3f)<<2 + 4
-	case op&0xc0 == 0x40: // 01xxxxxx: vsp -= (x<<2) + 4
-		m.vsp -= uint32(op&0x3f)<<2 + 4
 	case op&0xf0 == 0x80: // 1000iiii iiiiiiii: pop r4–r15 by mask
 		b, err := m.next(op)
 		if err != nil {
@@ -258,9 +266,6 @@ func (m *machine) step(op byte, sm stackMem) error {
 			mask |= 1 << 10 // r14 relative to r4
 		}
 		return m.popMask(sm, mask, 4)
-	case op == 0xb0: // finish
-		m.s.Finish = true
-		m.i = len(m.ops)
 	case op == 0xb1: // 10110001 0000iiii: pop r0–r3 by mask
 		b, err := m.next(op)
 		if err != nil {
@@ -339,7 +344,7 @@ func (m *machine) uleb(op byte) (uint32, error) {
 }
 
 // pop reads register reg from the stack at vsp.
-func (m *machine) pop(sm stackMem, reg int) error {
+func (m *machine) pop(sm *stackMem, reg int) error {
 	var b [4]byte
 	if _, err := sm.mem.ReadAt(b[:], int64(m.vsp)); err != nil {
 		return fmt.Errorf("ehabi: reading the stack at %#x: %w", m.vsp, err)
@@ -352,7 +357,7 @@ func (m *machine) pop(sm stackMem, reg int) error {
 }
 
 // popMask pops the registers of mask, bit 0 being register first.
-func (m *machine) popMask(sm stackMem, mask uint16, first int) error {
+func (m *machine) popMask(sm *stackMem, mask uint16, first int) error {
 	spSet := false
 	for r := 0; r < 16; r++ {
 		if mask&(1<<r) == 0 {
