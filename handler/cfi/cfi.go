@@ -265,14 +265,14 @@ type entry struct {
 func (t *Table) entry(off uint64) (entry, error) {
 	e := entry{off: off}
 	r := reader{b: t.data, off: int(off), order: t.arch.Order}
-	l, err := r.fixed(4, false)
+	l, err := r.operand(fU4)
 	if err != nil {
 		return e, t.errf(off, "truncated length")
 	}
 	e.length = l
 	if l == 0xffffffff {
 		e.is64 = true
-		if e.length, err = r.fixed(8, false); err != nil {
+		if e.length, err = r.operand(fU8); err != nil {
 			return e, t.errf(off, "truncated 64-bit length")
 		}
 	} else if l >= 0xfffffff0 {
@@ -288,9 +288,9 @@ func (t *Table) entry(off uint64) (entry, error) {
 	}
 	e.idField = start
 	if e.is64 {
-		e.idVal, err = r.fixed(8, false)
+		e.idVal, err = r.operand(fU8)
 	} else {
-		e.idVal, err = r.fixed(4, false)
+		e.idVal, err = r.operand(fU4)
 	}
 	if err != nil || uint64(r.off) > e.next {
 		return e, t.errf(off, "truncated id")

@@ -53,16 +53,6 @@ func (r *reader) u8() (byte, error) {
 	return b[0], nil
 }
 
-// fixed reads an n-byte integer (n is 1, 2, 4 or 8) in the reader's byte
-// order, sign-extended when signed.
-func (r *reader) fixed(n int, signed bool) (uint64, error) {
-	f := operand(n)
-	if signed {
-		f |= fSigned
-	}
-	return r.operand(f)
-}
-
 // operand is the form of an instruction's operand.
 type operand uint8
 
