@@ -111,8 +111,8 @@ const (
 )
 
 // opSpec is one DWARF operator: its operands, how many stack entries it
-// needs (checked after its operands are read, as the old interpreters and
-// libgcc do), and its action.
+// needs (checked after its operands are read: an operator with a bad
+// operand reports that, whatever the stack), and its action.
 type opSpec struct {
 	args [2]operand
 	act  opAction

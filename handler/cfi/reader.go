@@ -58,21 +58,23 @@ type operand uint8
 
 // The fixed-width forms are their size, plus fSigned for signed ones.
 const (
-	fNone     operand = 0
-	fU1       operand = 1
-	fU2       operand = 2
-	fU4       operand = 4
-	fU8       operand = 8
-	fSigned   operand = 0x10
-	fS1               = fSigned | fU1
-	fS2               = fSigned | fU2
-	fS4               = fSigned | fU4
-	fS8               = fSigned | fU8
-	fAddr     operand = 0x20 // target address size (CIE or file)
-	fULEB     operand = 0x21
-	fSLEB     operand = 0x22
-	fImplicit operand = 0x40 // in the opcode itself: the caller's low value
-	fBlock    operand = 0x24 // a ULEB128 length; the block's bytes follow
+	fNone   operand = 0
+	fU1     operand = 1
+	fU2     operand = 2
+	fU4     operand = 4
+	fU8     operand = 8
+	fSigned operand = 0x10
+	fS1             = fSigned | fU1
+	fS2             = fSigned | fU2
+	fS4             = fSigned | fU4
+	fS8             = fSigned | fU8
+	fAddr   operand = 0x20 // target address size (CIE or file)
+	fULEB   operand = 0x21
+	fSLEB   operand = 0x22
+	fBlock  operand = 0x24 // a ULEB128 length; the block's bytes follow
+	// In the opcode itself (or its table entry): nothing to read. A bit of
+	// its own, so that decodes is one mask and two compares.
+	fImplicit operand = 0x40
 )
 
 // operand decodes one operand of form f: the one place fixed-width and
