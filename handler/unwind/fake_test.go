@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
 
 // fakeMem is a process's memory as a few byte regions.

@@ -3,8 +3,8 @@ package unwind
 import (
 	"errors"
 
+	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/unwind/cfi"
 )
 
 func (strat cfiStrategy) cfi(u *unwinder, m *module.Module, cur state) (state, error) {

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/unwind/ehabi"
 )
 
 // ehabi runs the module's ARM EHABI entry for the frame. Entries cover up

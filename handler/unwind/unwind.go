@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
 
 // Methods recorded per frame.

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
 
 func TestStrategiesKnown(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/unwind/cfi"
+	"github.com/unwound-dev/unwound/handler/cfi"
 )
 
 // FuzzFilterDebugFrame: whatever .debug_frame an unstripped file holds,

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/unwind/cfi"
 )
 
 // The program of handler/module's fixtures: three functions that call

@@ -12,8 +12,8 @@ import (
 	"io"
 
 	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
 )
 
 // Arch describes one target architecture.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // TestStep unwinds a synthetic frame: CFA = rsp+16, RA at cfa-8, rbp at

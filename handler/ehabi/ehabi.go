@@ -188,157 +188,30 @@ const maxOps = 1024
 // holds the caller's SP and, unless an opcode popped r15, r15 is taken from
 // r14 (EHABI §9.3, "if r15 was not popped, the return address is lr").
 func Exec(ops []byte, s *State, mem Memory, order binary.ByteOrder) error {
-	vsp := s.R[13]
-	pop := func(reg int) error {
-		var b [4]byte
-		if _, err := mem.ReadAt(b[:], int64(vsp)); err != nil {
-			return fmt.Errorf("ehabi: reading the stack at %#x: %w", vsp, err)
-		}
-		s.R[reg] = order.Uint32(b[:])
-		s.Valid |= 1 << reg
-		s.Popped |= 1 << reg
-		vsp += 4
-		return nil
-	}
-	popMask := func(mask uint16, first int) error {
-		spSet := false
-		for r := 0; r < 16; r++ {
-			if mask&(1<<r) == 0 {
-				continue
-			}
-			if err := pop(first + r); err != nil {
-				return err
-			}
-			if first+r == 13 {
-				spSet = true
-			}
-			if first+r == 15 {
-				s.PCSet = true
-			}
-		}
-		if spSet {
-			// Popping sp replaces vsp (EHABI §10.1 note).
-			vsp = s.R[13]
-		}
-		return nil
-	}
-	for i, steps := 0, 0; i < len(ops); steps++ {
+	m := machine{s: s, ops: ops, vsp: s.R[13]}
+	sm := &stackMem{mem, order}
+	for steps := 0; m.i < len(ops); steps++ {
 		if steps > maxOps {
 			return errors.New("ehabi: opcode program too long")
 		}
-		op := ops[i]
-		i++
-		next := func() (byte, error) {
-			if i >= len(ops) {
-				return 0, fmt.Errorf("ehabi: opcode %#02x truncated", op)
-			}
-			b := ops[i]
-			i++
-			return b, nil
-		}
+		op := ops[m.i]
+		m.i++
+		// The commonest opcodes, here rather than through a call.
 		switch {
 		case op&0xc0 == 0x00: // 00xxxxxx: vsp += (x<<2) + 4
-			vsp += uint32(op&0x3f)<<2 + 4
+			m.vsp += uint32(op&0x3f)<<2 + 4
 		case op&0xc0 == 0x40: // 01xxxxxx: vsp -= (x<<2) + 4
-			vsp -= uint32(op&0x3f)<<2 + 4
-		case op&0xf0 == 0x80: // 1000iiii iiiiiiii: pop r4–r15 by mask
-			b, err := next()
-			if err != nil {
-				return err
-			}
-			mask := uint16(op&0x0f)<<8 | uint16(b)
-			if mask == 0 {
-				return ErrRefuse
-			}
-			if err := popMask(mask, 4); err != nil {
-				return err
-			}
-		case op&0xf0 == 0x90: // 1001nnnn: vsp = r[nnnn]
-			n := op & 0x0f
-			if n == 13 || n == 15 {
-				return fmt.Errorf("ehabi: reserved opcode %#02x", op)
-			}
-			vsp = s.R[n]
-		case op&0xf8 == 0xa0, op&0xf8 == 0xa8: // pop r4–r[4+nnn] (+ r14)
-			mask := uint16(1)<<(op&0x07+1) - 1
-			if op&0x08 != 0 {
-				mask |= 1 << 10 // r14 relative to r4
-			}
-			if err := popMask(mask, 4); err != nil {
-				return err
-			}
+			m.vsp -= uint32(op&0x3f)<<2 + 4
 		case op == 0xb0: // finish
 			s.Finish = true
-			i = len(ops)
-		case op == 0xb1: // 10110001 0000iiii: pop r0–r3 by mask
-			b, err := next()
-			if err != nil {
+			m.i = len(ops)
+		default:
+			if err := m.step(op, sm); err != nil {
 				return err
 			}
-			if b == 0 || b&0xf0 != 0 {
-				return fmt.Errorf("ehabi: spare opcode b1 %02x", b)
-			}
-			if err := popMask(uint16(b), 0); err != nil {
-				return err
-			}
-		case op == 0xb2: // vsp += 0x204 + (uleb128 << 2)
-			var v uint32
-			var shift uint
-			for {
-				b, err := next()
-				if err != nil {
-					return err
-				}
-				if shift > 28 {
-					return errors.New("ehabi: uleb128 too long")
-				}
-				v |= uint32(b&0x7f) << shift
-				shift += 7
-				if b&0x80 == 0 {
-					break
-				}
-			}
-			vsp += 0x204 + v<<2
-		case op == 0xb3: // pop VFP d[ssss]–d[ssss+cccc], FSTMFDX
-			b, err := next()
-			if err != nil {
-				return err
-			}
-			vsp += uint32(b&0x0f+1)*8 + 4
-		case op&0xfc == 0xb4: // 101101nn: spare
-			return fmt.Errorf("ehabi: spare opcode %#02x", op)
-		case op&0xf8 == 0xb8: // pop VFP d8–d[8+nnn], FSTMFDX
-			vsp += uint32(op&0x07+1)*8 + 4
-		case op == 0xc6: // iWMMXt wR[ssss]–wR[ssss+cccc]
-			b, err := next()
-			if err != nil {
-				return err
-			}
-			vsp += uint32(b&0x0f+1) * 8
-		case op == 0xc7: // iWMMXt wCGR0–3 by mask
-			b, err := next()
-			if err != nil {
-				return err
-			}
-			if b == 0 || b&0xf0 != 0 {
-				return fmt.Errorf("ehabi: spare opcode c7 %02x", b)
-			}
-			vsp += 4 * uint32(bits.OnesCount8(b))
-		case op&0xf8 == 0xc0: // iWMMXt wR10–wR[10+nnn]
-			vsp += uint32(op&0x07+1) * 8
-		case op == 0xc8, op == 0xc9: // VFP d[16+ssss]… / d[ssss]…, FSTMFDD
-			b, err := next()
-			if err != nil {
-				return err
-			}
-			vsp += uint32(b&0x0f+1) * 8
-		case op&0xf8 == 0xd0: // VFP d8–d[8+nnn], FSTMFDD
-			vsp += uint32(op&0x07+1) * 8
-		default: // 11001yyy (yyy ≥ 2), 11xxxyyy: spare
-			return fmt.Errorf("ehabi: spare opcode %#02x", op)
 		}
 	}
-	s.R[13] = vsp
+	s.R[13] = m.vsp
 	s.Valid |= 1 << 13
 	if !s.PCSet {
 		if s.Valid&(1<<14) == 0 {
@@ -346,6 +219,163 @@ func Exec(ops []byte, s *State, mem Memory, order binary.ByteOrder) error {
 		}
 		s.R[15] = s.R[14]
 		s.Valid |= 1 << 15
+	}
+	return nil
+}
+
+// machine is Exec's state between opcodes.
+type machine struct {
+	s   *State
+	ops []byte
+	i   int // next byte of ops
+	vsp uint32
+}
+
+// stackMem is the stack the opcodes pop from. It is passed to the
+// machine's methods rather than held: escape analysis does not tell
+// fields apart, and interfaces held in the machine would send the
+// caller's State to the heap.
+type stackMem struct {
+	mem   Memory
+	order binary.ByteOrder
+}
+
+// step runs opcode op, EHABI §10.3's table in its order, but for the
+// vsp adjustments and finish, which Exec does itself.
+func (m *machine) step(op byte, sm *stackMem) error {
+	switch {
+	case op&0xf0 == 0x80: // 1000iiii iiiiiiii: pop r4–r15 by mask
+		b, err := m.next(op)
+		if err != nil {
+			return err
+		}
+		mask := uint16(op&0x0f)<<8 | uint16(b)
+		if mask == 0 {
+			return ErrRefuse
+		}
+		return m.popMask(sm, mask, 4)
+	case op&0xf0 == 0x90: // 1001nnnn: vsp = r[nnnn]
+		n := op & 0x0f
+		if n == 13 || n == 15 {
+			return fmt.Errorf("ehabi: reserved opcode %#02x", op)
+		}
+		m.vsp = m.s.R[n]
+	case op&0xf8 == 0xa0, op&0xf8 == 0xa8: // pop r4–r[4+nnn] (+ r14)
+		mask := uint16(1)<<(op&0x07+1) - 1
+		if op&0x08 != 0 {
+			mask |= 1 << 10 // r14 relative to r4
+		}
+		return m.popMask(sm, mask, 4)
+	case op == 0xb1: // 10110001 0000iiii: pop r0–r3 by mask
+		b, err := m.next(op)
+		if err != nil {
+			return err
+		}
+		if b == 0 || b&0xf0 != 0 {
+			return fmt.Errorf("ehabi: spare opcode b1 %02x", b)
+		}
+		return m.popMask(sm, uint16(b), 0)
+	case op == 0xb2: // vsp += 0x204 + (uleb128 << 2)
+		v, err := m.uleb(op)
+		if err != nil {
+			return err
+		}
+		m.vsp += 0x204 + v<<2
+	case op&0xfc == 0xb4: // 101101nn: spare
+		return fmt.Errorf("ehabi: spare opcode %#02x", op)
+	case op&0xf8 == 0xb8: // pop VFP d8–d[8+nnn], FSTMFDX
+		m.vsp += uint32(op&0x07+1)*8 + 4
+	case op == 0xc7: // iWMMXt wCGR0–3 by mask
+		b, err := m.next(op)
+		if err != nil {
+			return err
+		}
+		if b == 0 || b&0xf0 != 0 {
+			return fmt.Errorf("ehabi: spare opcode c7 %02x", b)
+		}
+		m.vsp += 4 * uint32(bits.OnesCount8(b))
+	case op == 0xb3, op == 0xc6, op == 0xc8, op == 0xc9:
+		// b3: VFP d[ssss]–d[ssss+cccc], FSTMFDX (one more word);
+		// c6: iWMMXt wR[ssss]–wR[ssss+cccc]; c8, c9: VFP d[16+ssss]… and
+		// d[ssss]…, FSTMFDD: 8 bytes a register.
+		b, err := m.next(op)
+		if err != nil {
+			return err
+		}
+		m.vsp += uint32(b&0x0f+1) * 8
+		if op == 0xb3 {
+			m.vsp += 4
+		}
+	case op&0xf8 == 0xc0, op&0xf8 == 0xd0:
+		// iWMMXt wR10–wR[10+nnn]; VFP d8–d[8+nnn], FSTMFDD.
+		m.vsp += uint32(op&0x07+1) * 8
+	default: // 11001yyy (yyy ≥ 2), 11xxxyyy: spare
+		return fmt.Errorf("ehabi: spare opcode %#02x", op)
+	}
+	return nil
+}
+
+// next reads op's next operand byte.
+func (m *machine) next(op byte) (byte, error) {
+	if m.i >= len(m.ops) {
+		return 0, fmt.Errorf("ehabi: opcode %#02x truncated", op)
+	}
+	b := m.ops[m.i]
+	m.i++
+	return b, nil
+}
+
+// uleb reads op's ULEB128 operand, which must fit 32 bits.
+func (m *machine) uleb(op byte) (uint32, error) {
+	var v uint32
+	for shift := uint(0); ; shift += 7 {
+		b, err := m.next(op)
+		if err != nil {
+			return 0, err
+		}
+		if shift > 28 {
+			return 0, errors.New("ehabi: uleb128 too long")
+		}
+		v |= uint32(b&0x7f) << shift
+		if b&0x80 == 0 {
+			return v, nil
+		}
+	}
+}
+
+// pop reads register reg from the stack at vsp.
+func (m *machine) pop(sm *stackMem, reg int) error {
+	var b [4]byte
+	if _, err := sm.mem.ReadAt(b[:], int64(m.vsp)); err != nil {
+		return fmt.Errorf("ehabi: reading the stack at %#x: %w", m.vsp, err)
+	}
+	m.s.R[reg] = sm.order.Uint32(b[:])
+	m.s.Valid |= 1 << reg
+	m.s.Popped |= 1 << reg
+	m.vsp += 4
+	return nil
+}
+
+// popMask pops the registers of mask, bit 0 being register first.
+func (m *machine) popMask(sm *stackMem, mask uint16, first int) error {
+	spSet := false
+	for r := 0; r < 16; r++ {
+		if mask&(1<<r) == 0 {
+			continue
+		}
+		if err := m.pop(sm, first+r); err != nil {
+			return err
+		}
+		if first+r == 13 {
+			spSet = true
+		}
+		if first+r == 15 {
+			m.s.PCSet = true
+		}
+	}
+	if spSet {
+		// Popping sp replaces vsp (EHABI §10.1 note).
+		m.vsp = m.s.R[13]
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // ErrUndefinedRA says the return address column is undefined: this is the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // Crafted CFI programs end with an error, quickly, without allocating what

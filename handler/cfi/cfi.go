@@ -265,14 +265,14 @@ type entry struct {
 func (t *Table) entry(off uint64) (entry, error) {
 	e := entry{off: off}
 	r := reader{b: t.data, off: int(off), order: t.arch.Order}
-	l, err := r.u32()
+	l, err := r.operand(fU4)
 	if err != nil {
 		return e, t.errf(off, "truncated length")
 	}
-	e.length = uint64(l)
+	e.length = l
 	if l == 0xffffffff {
 		e.is64 = true
-		if e.length, err = r.u64(); err != nil {
+		if e.length, err = r.operand(fU8); err != nil {
 			return e, t.errf(off, "truncated 64-bit length")
 		}
 	} else if l >= 0xfffffff0 {
@@ -288,11 +288,9 @@ func (t *Table) entry(off uint64) (entry, error) {
 	}
 	e.idField = start
 	if e.is64 {
-		e.idVal, err = r.u64()
+		e.idVal, err = r.operand(fU8)
 	} else {
-		var v uint32
-		v, err = r.u32()
-		e.idVal = uint64(v)
+		e.idVal, err = r.operand(fU4)
 	}
 	if err != nil || uint64(r.off) > e.next {
 		return e, t.errf(off, "truncated id")
@@ -367,11 +365,26 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 	}
 	c.FDEEnc = dwEHPEabsptr
 	c.LSDAEnc = dwEHPEomit
+	if err := t.cieAug(c, &r); err != nil {
+		return nil, err
+	}
+	c.Initial, c.initialOff = r.b[r.off:e.next], uint64(r.off)
+	t.ciesMu.Lock()
+	if len(t.cies) < 1<<16 {
+		t.cies[off] = c
+	}
+	t.ciesMu.Unlock()
+	return c, nil
+}
+
+// cieAug reads the augmentation data of CIE c, at r. Its string is in c.Aug.
+func (t *Table) cieAug(c *CIE, r *reader) error {
+	off, aug := c.Off, c.Aug
 	if len(aug) > 0 && aug[0] == 'z' {
 		c.hasAugData = true
 		n, err := r.uleb()
 		if err != nil || n > uint64(len(r.b)-r.off) {
-			return nil, t.errf(off, "CIE augmentation data length")
+			return t.errf(off, "CIE augmentation data length")
 		}
 		ad := reader{b: r.b[:r.off+int(n)], off: r.off, order: t.arch.Order, ptr: t.arch.PtrSize}
 		r.off += int(n)
@@ -380,23 +393,23 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 			switch ch {
 			case 'R':
 				if c.FDEEnc, err = ad.u8(); err != nil {
-					return nil, t.errf(off, "truncated 'R'")
+					return t.errf(off, "truncated 'R'")
 				}
 			case 'L':
 				if c.LSDAEnc, err = ad.u8(); err != nil {
-					return nil, t.errf(off, "truncated 'L'")
+					return t.errf(off, "truncated 'L'")
 				}
 			case 'P':
 				enc, err := ad.u8()
 				if err != nil {
-					return nil, t.errf(off, "truncated 'P'")
+					return t.errf(off, "truncated 'P'")
 				}
 				// Only skipped: what it points at does not matter here.
 				if enc&0x70 != dwEHPEaligned {
 					enc &= 0x0f
 				}
 				if _, err := ad.encoded(enc, 0, 0, nil); err != nil {
-					return nil, t.errf(off, "personality: %v", err)
+					return t.errf(off, "personality: %v", err)
 				}
 			case 'S':
 				c.Signal = true
@@ -412,20 +425,14 @@ func (t *Table) cieAt(off uint64) (*CIE, error) {
 			switch ch {
 			case 'e', 'h', 'S', 'B', 'G':
 			default:
-				return nil, t.errf(off, "unknown augmentation %q without 'z'", aug)
+				return t.errf(off, "unknown augmentation %q without 'z'", aug)
 			}
 			if ch == 'S' {
 				c.Signal = true
 			}
 		}
 	}
-	c.Initial, c.initialOff = r.b[r.off:e.next], uint64(r.off)
-	t.ciesMu.Lock()
-	if len(t.cies) < 1<<16 {
-		t.cies[off] = c
-	}
-	t.ciesMu.Unlock()
-	return c, nil
+	return nil
 }
 
 func (t *Table) fdeAt(off uint64) (*FDE, error) {

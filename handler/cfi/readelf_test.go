@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // This file compares the tables against binutils' readelf

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/unwind/regs"
+	"github.com/unwound-dev/unwound/handler/regs"
 )
 
 // The fuzz targets feed arbitrary sections and expressions through every
