@@ -32,9 +32,9 @@ import (
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/uploader"
-	"github.com/unwound-dev/unwound/uploader/armor"
-	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
+	"github.com/unwound-dev/unwound/wire/armor"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 func main() {

@@ -21,8 +21,8 @@ import (
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/uploader"
-	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 // Serial end to end: the unwound-uploader binary and `unwound receive` on

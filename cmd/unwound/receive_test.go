@@ -14,7 +14,7 @@ import (
 
 	"github.com/unwound-dev/unwound/internal/testbin"
 	"github.com/unwound-dev/unwound/internal/testutil"
-	"github.com/unwound-dev/unwound/uploader/armor"
+	"github.com/unwound-dev/unwound/wire/armor"
 )
 
 // TestDumpExtractConfirm: `unwound-uploader dump --remove` on the board,
