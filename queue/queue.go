@@ -24,9 +24,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Suffix of every entry.
-const Suffix = ".json.zst"
-
 // QuarantineDir is the subdirectory for entries that failed validation
 // (and, from the uploader, reports the receiver refused).
 const QuarantineDir = "quarantine"

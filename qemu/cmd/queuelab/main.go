@@ -329,7 +329,7 @@ func entryNames() (entries, temps []string) {
 		switch {
 		case strings.HasPrefix(d.Name(), ".tmp-"):
 			temps = append(temps, d.Name())
-		case strings.HasSuffix(d.Name(), queue.Suffix):
+		case strings.HasSuffix(d.Name(), report.Suffix):
 			entries = append(entries, d.Name())
 		}
 	}
