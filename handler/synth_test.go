@@ -8,7 +8,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // A small AArch64 core writer for hostile-input and supervision tests: the

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/host/collector"
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 )
 

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testbin"
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/wire/armor"
 )
 

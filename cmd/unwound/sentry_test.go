@@ -21,10 +21,10 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/sentry"
 	"github.com/unwound-dev/unwound/host/sentry/sentrytest"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/internal/testbin"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // sentryStub is a real HTTP server taking envelopes as Sentry's endpoint

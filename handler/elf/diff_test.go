@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // The reader is checked against debug/elf, the reference, on real files:

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/sysctl"
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // These tests install into scratch roots (--root) and, for applying
