@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // repoRoot is the top of the source tree (this package sits one below).
