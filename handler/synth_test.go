@@ -6,8 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 

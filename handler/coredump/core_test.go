@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 var sampleArches = []struct {

@@ -3,7 +3,7 @@ package coredump
 import (
 	"encoding/binary"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // CoreSegment is one PT_LOAD of a core being written; the first Filesz

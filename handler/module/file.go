@@ -10,7 +10,7 @@ import (
 	"io/fs"
 	"math"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/unwind/cfi"
 	"github.com/unwound-dev/unwound/handler/unwind/ehabi"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ulikunitz/xz/lzma"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/unwind/cfi"
 )
 

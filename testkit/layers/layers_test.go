@@ -22,6 +22,7 @@ const module = "github.com/unwound-dev/unwound/"
 // longest matching prefix wins.
 var stage = map[string]string{
 	"internal":             "neutral",
+	"elf":                  "neutral",
 	"wire":                 "neutral",
 	"sysctl":               "neutral",
 	"report":               "report",

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // A small ELF file builder for hostile headers: the ELF header, program
