@@ -43,6 +43,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
 var outMu sync.Mutex
@@ -325,30 +327,13 @@ func budget(prog string, modes []string) {
 var kmsgSeen = map[string]bool{}
 
 func kmsgHandlerLines() []string {
-	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
-	// poller, whose Read waits for more instead of returning EAGAIN.
-	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var out []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err == syscall.EPIPE {
-			continue // records overwritten meanwhile
+	return guest.KmsgRecords(func(rec string) bool {
+		if kmsgSeen[rec] || strings.HasPrefix(rec, "6,") || strings.HasPrefix(rec, "5,") {
+			return false
 		}
-		if err != nil || n <= 0 {
-			break
-		}
-		rec := string(buf[:n])
-		if i := strings.IndexByte(rec, ';'); i >= 0 && !kmsgSeen[rec] && !strings.HasPrefix(rec, "6,") && !strings.HasPrefix(rec, "5,") {
-			kmsgSeen[rec] = true
-			out = append(out, strings.TrimSpace(rec[i+1:]))
-		}
-	}
-	return out
+		kmsgSeen[rec] = true
+		return true
+	})
 }
 
 // --- FUSE ---

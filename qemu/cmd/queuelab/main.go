@@ -36,6 +36,7 @@ import (
 	"unsafe"
 
 	"github.com/unwound-dev/unwound/handler/admit"
+	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
@@ -298,29 +299,7 @@ func waitHandlers() {
 
 // kmsgHandlerLines returns the handler's log records so far.
 func kmsgHandlerLines() []string {
-	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
-	// poller, whose Read waits for more instead of returning EAGAIN.
-	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var out []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err == syscall.EPIPE {
-			continue // records overwritten meanwhile
-		}
-		if err != nil || n <= 0 {
-			break
-		}
-		rec := string(buf[:n])
-		if i := strings.IndexByte(rec, ';'); i >= 0 && strings.Contains(rec, "unwound-handler") {
-			out = append(out, strings.TrimSpace(rec[i+1:]))
-		}
-	}
-	return out
+	return guest.KmsgRecords(func(rec string) bool { return strings.Contains(rec, "unwound-handler") })
 }
 
 func entryNames() (entries, temps []string) {
