@@ -20,13 +20,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/unwound-dev/unwound/host/collector"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 )
@@ -112,64 +112,23 @@ func bulk() int {
 	return 1000
 }
 
-// server is a running `unwound serve`.
+// server is a running `unwound serve --dir dir`.
 type server struct {
+	*testbin.Server
 	url string
 	dir string
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	log bytes.Buffer
-}
-
-func (s *server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
 }
 
 // stop ends the server (SIGTERM: a graceful shutdown).
 func (s *server) stop() {
-	s.cmd.Process.Signal(os.Interrupt)
-	s.cmd.Wait()
+	s.Cmd.Process.Signal(os.Interrupt)
+	s.Cmd.Wait()
 }
-
-var listening = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
 
 func startServe(t *testing.T, dir string, args ...string) *server {
 	_, unwound := binaries(t)
-	cmd := exec.Command(unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{dir: dir, cmd: cmd}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.log.WriteString(sc.Text() + "\n")
-			s.mu.Unlock()
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		close(found)
-	}()
-	select {
-	case u, ok := <-found:
-		if !ok {
-			t.Fatalf("unwound serve exited:\n%s", s.Log())
-		}
-		s.url = u
-	case <-time.After(30 * time.Second):
-		t.Fatalf("unwound serve did not start:\n%s", s.Log())
-	}
-	return s
+	srv := testbin.Serve(t, unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
+	return &server{Server: srv, url: srv.URL, dir: dir}
 }
 
 // collected checks that the collector in dir holds exactly the reports of
