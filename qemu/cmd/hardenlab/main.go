@@ -37,7 +37,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -47,19 +46,13 @@ import (
 	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
-var outMu sync.Mutex
+// console carries the facts the host parses.
+var console = guest.Console{Prefix: "HL-"}
 
 // say writes one console line with a single write.
-func say(format string, args ...any) {
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write([]byte("HL-" + fmt.Sprintf(format, args...) + "\n"))
-}
+func say(format string, args ...any) { console.Say(format, args...) }
 
-func fail(format string, args ...any) {
-	say("FAIL "+format, args...)
-	os.Exit(1)
-}
+func fail(format string, args ...any) { console.Fail(format, args...) }
 
 const qdir = "/var/lib/unwound/queue"
 

@@ -42,19 +42,13 @@ import (
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
-var outMu sync.Mutex
+// console carries the facts the host parses.
+var console = guest.Console{Prefix: "QL-"}
 
 // say writes one console line with a single write.
-func say(format string, args ...any) {
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write([]byte("QL-" + fmt.Sprintf(format, args...) + "\n"))
-}
+func say(format string, args ...any) { console.Say(format, args...) }
 
-func fail(format string, args ...any) {
-	say("FAIL "+format, args...)
-	os.Exit(1)
-}
+func fail(format string, args ...any) { console.Fail(format, args...) }
 
 func main() {
 	if len(os.Args) < 2 {
