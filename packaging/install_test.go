@@ -16,6 +16,7 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // repoRoot is the top of the source tree (this package sits one below).
@@ -59,21 +60,9 @@ func makeIn(t *testing.T, dir string, env []string, args ...string) (string, err
 func tree(t *testing.T, root string) []string {
 	t.Helper()
 	var got []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == root {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		got = append(got, info.Mode().String()+" /"+rel)
-		return nil
+	testutil.Walk(t, root, func(rel, _ string, mode fs.FileMode) {
+		got = append(got, mode.String()+" /"+rel)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sort.Strings(got)
 	return got
 }
