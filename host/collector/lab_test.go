@@ -84,21 +84,28 @@ func labReport(t *testing.T, c labCrash) (*report.Report, fixture.Binary) {
 	return r, b
 }
 
+// labCrashes is every scenario of the lab set for arch, built as
+// variant.
+func labCrashes(arch, variant string) []labCrash {
+	if arch == "riscv64" && variant == "clang-lld-default-dynamic" {
+		variant = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
+	}
+	var out []labCrash
+	for _, s := range labScenarios {
+		prog := "crash"
+		if s == "throw" {
+			prog = "crashxx"
+		}
+		out = append(out, labCrash{arch, variant, prog, s})
+	}
+	return out
+}
+
 // labRISCV is every riscv64 crash of the lab set.
 func labRISCV() []labCrash {
 	var out []labCrash
 	for _, rel := range labReleases {
-		v := rel.variant
-		if v == "clang-lld-default-dynamic" {
-			v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
-		}
-		for _, s := range labScenarios {
-			prog := "crash"
-			if s == "throw" {
-				prog = "crashxx"
-			}
-			out = append(out, labCrash{"riscv64", v, prog, s})
-		}
+		out = append(out, labCrashes("riscv64", rel.variant)...)
 	}
 	return out
 }
@@ -169,16 +176,9 @@ func TestLabTraces(t *testing.T) {
 	var out []labTrace
 	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		for _, rel := range labReleases {
-			for _, s := range labScenarios {
-				prog := "crash"
-				if s == "throw" {
-					prog = "crashxx"
-				}
-				v := rel.variant
-				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
-					v = "gcc-mold-default-dynamic"
-				}
-				r, b := labReport(t, labCrash{arch, v, prog, s})
+			for _, lc := range labCrashes(arch, rel.variant) {
+				v, s := lc.variant, lc.scenario
+				r, b := labReport(t, lc)
 				for _, symbols := range []bool{true, false} {
 					dir := t.TempDir()
 					if symbols {
@@ -261,16 +261,9 @@ func labFleet(t *testing.T) (reports [][]byte, bug map[string]string, bins []fix
 	n := 0
 	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		for _, rel := range labReleases {
-			for _, s := range labScenarios {
-				prog := "crash"
-				if s == "throw" {
-					prog = "crashxx"
-				}
-				v := rel.variant
-				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
-					v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
-				}
-				r, b := labReport(t, labCrash{arch, v, prog, s})
+			for _, lc := range labCrashes(arch, rel.variant) {
+				s := lc.scenario
+				r, b := labReport(t, lc)
 				bins = append(bins, b)
 				reps = append(reps, r)
 				for d := 0; d < rel.devices; d++ {
