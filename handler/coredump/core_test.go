@@ -577,6 +577,19 @@ func TestNTFileMalformed(t *testing.T) {
 // A core claiming a million threads or program headers costs what the
 // stream holds, not what it claims.
 func TestHugeClaims(t *testing.T) {
+	// refused checks that ReadHeader refuses b under lim, having
+	// allocated at most max bytes.
+	refused := func(what string, b []byte, lim Limits, max uint64) {
+		t.Helper()
+		n := allocBytes(func() {
+			if _, _, err := ReadHeader(bytes.NewReader(b), lim); err == nil {
+				t.Errorf("%s: no error", what)
+			}
+		})
+		if n > max {
+			t.Errorf("%s: allocated %d bytes", what, n)
+		}
+	}
 	// PN_XNUM with the notes 10^6 program headers away.
 	sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
 	sc.xnum = true
@@ -584,14 +597,7 @@ func TestHugeClaims(t *testing.T) {
 	b = patch(b, 64+8, 64+56*1000000, 8)
 	lim := DefaultLimits
 	lim.MaxSegments = 2000000
-	n := allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b[:64+56*20]), lim); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 64<<10 {
-		t.Errorf("PN_XNUM claiming 10^6 phdrs: allocated %d bytes", n)
-	}
+	refused("PN_XNUM claiming 10^6 phdrs", b[:64+56*20], lim, 64<<10)
 
 	// 10^6 NT_PRSTATUS notes claimed, 16 MiB-1 of PT_NOTE, stream short.
 	sc = &synthCore{class: elf.ELFCLASS64, machine: elf.EM_X86_64}
@@ -600,26 +606,12 @@ func TestHugeClaims(t *testing.T) {
 	}
 	b = sc.bytes()
 	b = patch(b, 64+32, 16<<20-1, 8)
-	n = allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b), DefaultLimits); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 1<<20 {
-		t.Errorf("PT_NOTE claiming 16 MiB: allocated %d bytes", n)
-	}
+	refused("PT_NOTE claiming 16 MiB", b, DefaultLimits, 1<<20)
 
 	// 10^6 threads really present (340 MB of notes) are refused by the
 	// note budget before any is read.
 	b = patch(b, 64+32, 1000000*352, 8)
-	n = allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b), DefaultLimits); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 64<<10 {
-		t.Errorf("PT_NOTE claiming 10^6 threads: allocated %d bytes", n)
-	}
+	refused("PT_NOTE claiming 10^6 threads", b, DefaultLimits, 64<<10)
 
 	// Many real threads, capped by MaxThreads.
 	sc = &synthCore{class: elf.ELFCLASS64, machine: elf.EM_X86_64}
@@ -628,7 +620,7 @@ func TestHugeClaims(t *testing.T) {
 	}
 	b = sc.bytes()
 	var c *Core
-	n = allocBytes(func() {
+	n := allocBytes(func() {
 		var err error
 		c, _, err = ReadHeader(bytes.NewReader(b), DefaultLimits)
 		if err != nil {
