@@ -30,36 +30,7 @@ var sampleArches = []struct {
 
 func sample(i int) *synthCore {
 	a := sampleArches[i]
-	c := sampleCore(a.class, a.machine)
-	if a.order != nil {
-		// Rebuild with the other byte order: notes are encoded at add time.
-		c = &synthCore{class: a.class, machine: a.machine, order: a.order}
-		*c = *rebuild(c)
-	}
-	return c
-}
-
-// rebuild builds sampleCore's content for a core whose order is set.
-func rebuild(c *synthCore) *synthCore {
-	s := sampleCore(c.class, c.machine)
-	s.order = c.order
-	s.notes = nil
-	m := c.machine
-	s.addThread(101, 11, regsFor(m, 0x1000))
-	s.addNote("CORE", ntPRPSInfo, s.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
-	s.addNote("CORE", ntSigInfo, s.siginfo(11, 0, 1, 0xdead0))
-	s.addNote("CORE", ntAuxv, s.auxv(AT_PAGESZ, 4096, AT_SYSINFO_EHDR, 0x7fff0000, AT_ENTRY, 0x401000))
-	s.addNote("CORE", ntFile, s.ntfile(4096, []FileMapping{
-		{Start: 0x400000, End: 0x401000, Offset: 0, Path: "/usr/bin/crasher"},
-		{Start: 0x401000, End: 0x403000, Offset: 0x1000, Path: "/usr/bin/crasher"},
-		{Start: 0x70000000, End: 0x70001000, Offset: 0x3000, Path: "/tmp/libgone.so (deleted)"},
-	}))
-	s.addNote("CORE", ntPRFPReg, make([]byte, 512))
-	s.addNote("GNU", 0x1234, []byte{1, 2, 3})
-	s.addThread(102, 0, regsFor(m, 0x2000))
-	s.addNote("LINUX", 0x202, make([]byte, 832))
-	s.addThread(103, 0, regsFor(m, 0x3000))
-	return s
+	return sampleCoreOrder(a.class, a.machine, a.order)
 }
 
 func mustRead(t testing.TB, b []byte) (*Core, *Stream) {
