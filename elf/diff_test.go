@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -321,13 +320,4 @@ func formatErrorAt(t *testing.T, what string, err error) *elf.FormatError {
 		t.Fatalf("%s: error %v (%T), want a *elf.FormatError", what, err, err)
 	}
 	return fe
-}
-
-// allocated runs f and returns the bytes it allocated.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
 }

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 var sampleArches = []struct {
@@ -448,15 +448,6 @@ func patch(b []byte, off int, v uint64, size int) []byte {
 	return b
 }
 
-// allocBytes is how many bytes f allocates.
-func allocBytes(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
 // Hostile headers: errors, never panics, and memory bounded by what the
 // stream holds rather than by what it claims.
 func TestHostile(t *testing.T) {
@@ -501,7 +492,7 @@ func TestHostile(t *testing.T) {
 			var c *Core
 			var s *Stream
 			var err, cerr error
-			n := allocBytes(func() {
+			n := testutil.Allocated(func() {
 				c, s, err = ReadHeader(bytes.NewReader(tc.b), tc.lim)
 				if c != nil && s != nil {
 					cerr = collectAll(c, s)
@@ -552,7 +543,7 @@ func TestHugeClaims(t *testing.T) {
 	// allocated at most max bytes.
 	refused := func(what string, b []byte, lim Limits, max uint64) {
 		t.Helper()
-		n := allocBytes(func() {
+		n := testutil.Allocated(func() {
 			if _, _, err := ReadHeader(bytes.NewReader(b), lim); err == nil {
 				t.Errorf("%s: no error", what)
 			}
@@ -591,7 +582,7 @@ func TestHugeClaims(t *testing.T) {
 	}
 	b = sc.bytes()
 	var c *Core
-	n := allocBytes(func() {
+	n := testutil.Allocated(func() {
 		var err error
 		c, _, err = ReadHeader(bytes.NewReader(b), DefaultLimits)
 		if err != nil {
