@@ -44,17 +44,24 @@ type pki struct {
 
 var serial int64 = 1
 
-func newCA(t *testing.T, name string) *pki {
+// newKey is a fresh P-256 key and a template named name, valid for a
+// day from notBefore, with the next serial number.
+func newKey(t *testing.T, name string, notBefore time.Time) (*ecdsa.PrivateKey, *x509.Certificate) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	serial++
-	tmpl := &x509.Certificate{
+	return key, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
 	}
+}
+
+func newCA(t *testing.T, name string) *pki {
+	key, tmpl := newKey(t, name, time.Now().Add(-time.Hour))
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -76,16 +83,8 @@ func (ca *pki) write(t *testing.T, name, typ string, der []byte) string {
 // leaf issues a certificate for 127.0.0.1 (server) or a client, valid
 // from notBefore for a day; it returns the cert and key files.
 func (ca *pki) leaf(t *testing.T, name string, client bool, notBefore time.Time) (certFile, keyFile string) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
+	key, tmpl := newKey(t, name, notBefore)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	if client {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	} else {
