@@ -155,7 +155,7 @@ func TestHeavyPackagesStayOut(t *testing.T) {
 // These were removed for issue 10's budget and must not come back:
 // debug/elf dragged in debug/dwarf (its init alone ~10 KB), compress/zlib,
 // compress/flate and internal/zstd (~200 KB of file) for compressed
-// sections the handler never reads (handler/elf replaces it); os/exec
+// sections the handler never reads (unwound/elf replaces it); os/exec
 // (~20 KB; the supervisor uses os.StartProcess) and flag (the handler's
 // own parser in cmd/unwound-handler/flags.go).
 func TestHandlerLinksNoHeavyStd(t *testing.T) {
@@ -184,8 +184,8 @@ func TestHandlerLinksNoHeavyStd(t *testing.T) {
 			found[m[2]] = name
 		}
 	}
-	if len(found) == 0 && !strings.Contains(string(out), "handler/elf.NewFile") {
-		t.Fatalf("go tool nm lists no handler/elf.NewFile: is this the handler?\n%.500s", out)
+	if len(found) == 0 && !strings.Contains(string(out), "unwound/elf.NewFile") {
+		t.Fatalf("go tool nm lists no unwound/elf.NewFile: is this the handler?\n%.500s", out)
 	}
 	pkgs := make([]string, 0, len(found))
 	for pkg := range found {

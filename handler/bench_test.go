@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // BenchmarkUnwindPerFrame walks the deep-recursion fixture (about 100,000

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // fakeProcSys is a /proc/sys holding the three crash settings.

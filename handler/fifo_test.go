@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestMatchesGDB is the trust test: for every crash fixture, every

@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestHeuristicsAgainstGDB measures the unwinder's heuristics on code

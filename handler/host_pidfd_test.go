@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // crashSrc parks a thread, then faults in main.

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 const corePatternFile = "/proc/sys/kernel/core_pattern"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/sysctl"
 	"golang.org/x/sys/unix"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestMatrixFigures runs the crash matrix (fixture.MatrixVariants: the

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/internal/regular"
 	"github.com/unwound-dev/unwound/report"

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // Offline on a synthetic core, in the test process: from a file and from

@@ -3,8 +3,8 @@ package handler
 import (
 	"sort"
 
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/report"
 )
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 const bigSrc = `

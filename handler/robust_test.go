@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler/sysctl"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 func x86Core(t *testing.T, variant, scenario string) (fixture.Binary, string, bool) {

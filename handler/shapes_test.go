@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // Issue 25's shapes that need a program of their own layout: a PC inside a

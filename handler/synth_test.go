@@ -6,9 +6,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // A small AArch64 core writer for hostile-input and supervision tests: the

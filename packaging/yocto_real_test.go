@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // layerDir is the Yocto layer in the repository.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // guestLibs describes where an architecture's glibc lives on the host and

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // The hardening tests (issue 10) in QEMU guests: the handler's footprint

@@ -19,9 +19,9 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // imageCase is one packaged image: the machine (kernel) architecture, the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // TestInstallGuest runs `unwound-handler install` and `uninstall` on a

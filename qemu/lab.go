@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // Lab is one guest of the core lab: a kernel, the crash programs of one

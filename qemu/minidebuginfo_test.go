@@ -10,7 +10,7 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestLabMiniDebugInfo is issue 17's crash matrix on real kernels: the

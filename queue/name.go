@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/unwound-dev/unwound/report"
 )
 
 // Name is a parsed entry name:
@@ -23,9 +25,9 @@ type Name struct {
 // String is the file name.
 func (n Name) String() string {
 	if n.Time > 0 {
-		return fmt.Sprintf("%010d-%s-%d%s", n.Seq, n.Boot, n.Time, Suffix)
+		return fmt.Sprintf("%010d-%s-%d%s", n.Seq, n.Boot, n.Time, report.Suffix)
 	}
-	return fmt.Sprintf("%010d-%s%s", n.Seq, n.Boot, Suffix)
+	return fmt.Sprintf("%010d-%s%s", n.Seq, n.Boot, report.Suffix)
 }
 
 // ParseEntry parses an entry's file name; anything else (temp files, the
@@ -34,9 +36,9 @@ func ParseEntry(name string) (Name, error) {
 	bad := func(why string) (Name, error) {
 		return Name{}, fmt.Errorf("queue: %q is not an entry name: %s", name, why)
 	}
-	base, ok := strings.CutSuffix(name, Suffix)
+	base, ok := strings.CutSuffix(name, report.Suffix)
 	if !ok {
-		return bad("no " + Suffix + " suffix")
+		return bad("no " + report.Suffix + " suffix")
 	}
 	f := strings.Split(base, "-")
 	if len(f) < 2 || len(f) > 3 {

@@ -20,12 +20,10 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/flock"
 	"github.com/unwound-dev/unwound/report"
 	"golang.org/x/sys/unix"
 )
-
-// Suffix of every entry.
-const Suffix = ".json.zst"
 
 // QuarantineDir is the subdirectory for entries that failed validation
 // (and, from the uploader, reports the receiver refused).
@@ -399,18 +397,8 @@ func (q *Queue) writeTemp(data []byte, boot string) (*os.File, error) {
 func (q *Queue) lock() (func(), error) { return q.lockHow(unix.LOCK_EX) }
 
 func (q *Queue) lockHow(how int) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(q.dir, lockName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := flock.Open(filepath.Join(q.dir, lockName), how)
 	if err != nil {
-		return nil, fmt.Errorf("queue: lock: %w", err)
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("queue: lock: %w", err)
 	}
 	return func() { f.Close() }, nil

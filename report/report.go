@@ -23,6 +23,10 @@ import (
 // this one; fields are only ever added.
 const Version = 1
 
+// Suffix ends the name of every stored report file: a compressed JSON
+// report, in the board's queue and in the host's store alike.
+const Suffix = ".json.zst"
+
 // Hex is an address, encoded in JSON as a "0x…" string so that 64-bit
 // values survive JavaScript and jq intact.
 type Hex uint64

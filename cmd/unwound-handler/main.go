@@ -23,8 +23,8 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/install"
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/internal/version"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // definer is what defines the options: *flagSet here, *flag.FlagSet in

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // BenchmarkSerialGoodput115200: report bytes per second from the

@@ -20,14 +20,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/unwound-dev/unwound/host/collector"
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 )
 
@@ -44,17 +44,24 @@ type pki struct {
 
 var serial int64 = 1
 
-func newCA(t *testing.T, name string) *pki {
+// newKey is a fresh P-256 key and a template named name, valid for a
+// day from notBefore, with the next serial number.
+func newKey(t *testing.T, name string, notBefore time.Time) (*ecdsa.PrivateKey, *x509.Certificate) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	serial++
-	tmpl := &x509.Certificate{
+	return key, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
 	}
+}
+
+func newCA(t *testing.T, name string) *pki {
+	key, tmpl := newKey(t, name, time.Now().Add(-time.Hour))
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -76,16 +83,8 @@ func (ca *pki) write(t *testing.T, name, typ string, der []byte) string {
 // leaf issues a certificate for 127.0.0.1 (server) or a client, valid
 // from notBefore for a day; it returns the cert and key files.
 func (ca *pki) leaf(t *testing.T, name string, client bool, notBefore time.Time) (certFile, keyFile string) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
+	key, tmpl := newKey(t, name, notBefore)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	if client {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	} else {
@@ -112,64 +111,23 @@ func bulk() int {
 	return 1000
 }
 
-// server is a running `unwound serve`.
+// server is a running `unwound serve --dir dir`.
 type server struct {
+	*testbin.Server
 	url string
 	dir string
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	log bytes.Buffer
-}
-
-func (s *server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
 }
 
 // stop ends the server (SIGTERM: a graceful shutdown).
 func (s *server) stop() {
-	s.cmd.Process.Signal(os.Interrupt)
-	s.cmd.Wait()
+	s.Cmd.Process.Signal(os.Interrupt)
+	s.Cmd.Wait()
 }
-
-var listening = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
 
 func startServe(t *testing.T, dir string, args ...string) *server {
 	_, unwound := binaries(t)
-	cmd := exec.Command(unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{dir: dir, cmd: cmd}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.log.WriteString(sc.Text() + "\n")
-			s.mu.Unlock()
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		close(found)
-	}()
-	select {
-	case u, ok := <-found:
-		if !ok {
-			t.Fatalf("unwound serve exited:\n%s", s.Log())
-		}
-		s.url = u
-	case <-time.After(30 * time.Second):
-		t.Fatalf("unwound serve did not start:\n%s", s.Log())
-	}
-	return s
+	srv := testbin.Serve(t, unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
+	return &server{Server: srv, url: srv.URL, dir: dir}
 }
 
 // collected checks that the collector in dir holds exactly the reports of

@@ -27,14 +27,14 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
 	"github.com/unwound-dev/unwound/uploader"
-	"github.com/unwound-dev/unwound/uploader/armor"
-	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
+	"github.com/unwound-dev/unwound/wire/armor"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 func main() {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // TestNoHTTPBuild: -tags unwound_nohttp builds a serial-only uploader that

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestQueueCommands: `list`, `show` and `drop` on a real queue with the

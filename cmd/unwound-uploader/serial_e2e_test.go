@@ -16,13 +16,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/unwound-dev/unwound/internal/testbin"
-	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
-	"github.com/unwound-dev/unwound/uploader/serialproto"
 	"github.com/unwound-dev/unwound/uploader/serialup"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 // Serial end to end: the unwound-uploader binary and `unwound receive` on

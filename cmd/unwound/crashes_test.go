@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,65 +20,24 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/collector"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/internal/testbin"
-	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // collectorProc is a running `unwound serve --dir`.
 type collectorProc struct {
+	*testbin.Server
 	url string
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	log bytes.Buffer
 }
-
-func (p *collectorProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-var listeningOn = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
 
 // startCollector runs unwound serve on a free port and waits for it to
 // listen.
 func startCollector(t *testing.T, bin string, args ...string) *collectorProc {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &collectorProc{cmd: cmd}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if m := listeningOn.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		close(found)
-	}()
-	select {
-	case u, ok := <-found:
-		if !ok {
-			t.Fatalf("unwound serve exited:\n%s", p.Log())
-		}
-		p.url = u
-	case <-time.After(30 * time.Second):
-		t.Fatalf("unwound serve did not start:\n%s", p.Log())
-	}
-	return p
+	srv := testbin.Serve(t, bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	return &collectorProc{Server: srv, url: srv.URL}
 }
 
 // crashReport is the report of one x86_64 fixture crash (host kernel
@@ -330,8 +287,8 @@ func TestCollectorKill(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(100+rng.Intn(200)) * time.Millisecond)
-		srv.cmd.Process.Signal(syscall.SIGKILL)
-		srv.cmd.Wait()
+		srv.Cmd.Process.Signal(syscall.SIGKILL)
+		srv.Cmd.Wait()
 		kills++
 		cancel()
 		wg.Wait()

@@ -157,35 +157,10 @@ func decodeCmd(args []string) error {
 	return nil
 }
 
-// summary prints a report the way a backtrace reads, without symbols.
+// summary prints a report the way a backtrace reads, without symbols:
+// the symbolizer's printer, each frame at its module and file address.
 func summary(w io.Writer, r *report.Report) error {
-	var b strings.Builder
-	b.WriteString(r.Summary())
-	for _, t := range r.Threads {
-		mark := ""
-		if t.Crashed {
-			mark = " (crashed)"
-		}
-		fmt.Fprintf(&b, "\nthread %d %q%s\n", t.TID, t.Name, mark)
-		for i, f := range t.Frames {
-			if t.Elided > 0 && i == t.ElidedAt {
-				fmt.Fprintf(&b, "  ... %d frames elided ...\n", t.Elided)
-			}
-			where := "??"
-			if f.Module >= 0 && f.Module < len(r.Modules) {
-				m := r.Modules[f.Module]
-				where = fmt.Sprintf("%s+%#x", m.Path, m.FileAddr(f.PC))
-			}
-			fmt.Fprintf(&b, "  #%-3d %v in %s [%s]\n", i, f.PC, where, f.Method)
-		}
-		fmt.Fprintf(&b, "  (stop: %s", t.StopReason)
-		if t.StopDetail != "" {
-			fmt.Fprintf(&b, ": %s", t.StopDetail)
-		}
-		b.WriteString(")\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return symbolize.WriteText(w, symbolize.Plain(r))
 }
 
 // readReport reads and decodes one report file, "-" being stdin.

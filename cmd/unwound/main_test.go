@@ -15,40 +15,16 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's
 // report with the program's debug file in a build-id tree.
 func TestSymbolizeCommand(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	if _, err := exec.LookPath("objcopy"); err != nil {
-		t.Skip("objcopy not installed")
-	}
-	arch := "x86_64"
-	if fixture.Native("aarch64") {
-		arch = "aarch64"
-	}
-	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, arch)}
-	core, kernel := fixture.Core(t, b, "nullwrite")
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arch, b := nativeCrash(t)
 	tmp := t.TempDir()
-	z, err := report.Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := filepath.Join(tmp, "0000000001-798a81a1.json.zst")
-	os.WriteFile(rep, z, 0o644)
+	r, rep := nullwriteReport(t, arch, b, tmp)
 
 	var m report.Module
 	for _, mm := range r.Modules {
@@ -159,4 +135,47 @@ func crashLine(t *testing.T, fn string) int {
 	}
 	t.Fatalf("crash.c defines no %s", fn)
 	return 0
+}
+
+// nativeCrash is the fixture crash program built for this machine's
+// architecture, for the tests that symbolize its crash with objcopy's
+// help; they skip in -short or without objcopy.
+func nativeCrash(t *testing.T) (arch string, b fixture.Binary) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	if _, err := exec.LookPath("objcopy"); err != nil {
+		t.Skip("objcopy not installed")
+	}
+	arch = "x86_64"
+	if fixture.Native("aarch64") {
+		arch = "aarch64"
+	}
+	return arch, fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, arch)}
+}
+
+// nullwriteReport unwinds b's nullwrite core offline and stores the
+// report in dir as a queue entry would be; it returns the report and the
+// file's path.
+func nullwriteReport(t *testing.T, arch string, b fixture.Binary, dir string) (*report.Report, string) {
+	t.Helper()
+	core, kernel := fixture.Core(t, b, "nullwrite")
+	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+	if !kernel {
+		opts.Exe = b.Stripped()
+	}
+	r, err := handler.Offline(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := report.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := filepath.Join(dir, "0000000001-798a81a1.json.zst")
+	if err := os.WriteFile(rep, z, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r, rep
 }

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testbin"
-	"github.com/unwound-dev/unwound/internal/testutil"
-	"github.com/unwound-dev/unwound/uploader/armor"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
+	"github.com/unwound-dev/unwound/wire/armor"
 )
 
 // TestDumpExtractConfirm: `unwound-uploader dump --remove` on the board,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -21,10 +20,10 @@ import (
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/sentry"
 	"github.com/unwound-dev/unwound/host/sentry/sentrytest"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/internal/testbin"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // sentryStub is a real HTTP server taking envelopes as Sentry's endpoint
@@ -137,28 +136,8 @@ func TestServeForwardSentry(t *testing.T) {
 	bin := testbin.Build(t, "unwound", "")
 	stub := newSentryStub(t)
 	dir := t.TempDir()
-	srv := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--dir", dir, "--forward-sentry", stub.dsn())
-	stderr, _ := srv.StderrPipe()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	sc := bufio.NewScanner(stderr)
-	var addr string
-	var logs bytes.Buffer
-	for addr == "" && sc.Scan() {
-		logs.WriteString(sc.Text() + "\n")
-		if _, a, ok := strings.Cut(sc.Text(), "listening on http://"); ok {
-			addr, _, _ = strings.Cut(a, ",")
-		}
-	}
-	if addr == "" {
-		t.Fatalf("serve did not start:\n%s", &logs)
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
+	srv := testbin.Serve(t, bin, "serve", "--listen", "127.0.0.1:0", "--dir", dir, "--forward-sentry", stub.dsn())
+	addr := strings.TrimPrefix(srv.URL, "http://")
 	paths, reps := sentryReports(t)
 	for round := 0; round < 2; round++ { // the second round is duplicates
 		for _, p := range paths {
@@ -179,8 +158,8 @@ func TestServeForwardSentry(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	srv.Process.Signal(syscall.SIGTERM)
-	srv.Wait()
+	srv.Cmd.Process.Signal(syscall.SIGTERM)
+	srv.Cmd.Wait()
 	journal, err := os.ReadFile(filepath.Join(dir, "sentry", "journal"))
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestSymbolsAddAndSymbolize runs `unwound symbols add --dir` on a
@@ -25,17 +22,7 @@ import (
 // nothing, then `unwound symbolize --dir` names the crash's frames from
 // the collector's store, and `unwound symbols serve` serves the file.
 func TestSymbolsAddAndSymbolize(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	if _, err := exec.LookPath("objcopy"); err != nil {
-		t.Skip("objcopy not installed")
-	}
-	arch := "x86_64"
-	if fixture.Native("aarch64") {
-		arch = "aarch64"
-	}
-	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, arch)}
+	arch, b := nativeCrash(t)
 	tmp := t.TempDir()
 	tree := filepath.Join(tmp, "tree")
 	os.MkdirAll(filepath.Join(tree, "usr/bin/.debug"), 0o755)
@@ -76,21 +63,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 		t.Errorf("second add:\n%s", out.String())
 	}
 
-	core, kernel := fixture.Core(t, b, "nullwrite")
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	z, err := report.Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := filepath.Join(tmp, "0000000001-798a81a1.json.zst")
-	os.WriteFile(rep, z, 0o644)
+	r, rep := nullwriteReport(t, arch, b, tmp)
 	var text bytes.Buffer
 	if err := symbolizeCmd([]string{"--dir", collector, "--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
 		t.Fatal(err)
@@ -120,6 +93,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	}
 	want, _ := os.ReadFile(dbg)
 	var resp *http.Response
+	var err error
 	for i := 0; i < 100; i++ {
 		if resp, err = http.Get(fmt.Sprintf("http://%s/buildid/%s/debuginfo", addr, id)); err == nil {
 			break
@@ -165,6 +139,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	if resp.StatusCode != 200 || !bytes.Equal(got, want) {
 		t.Errorf("serve: GET debuginfo: %d, %d bytes", resp.StatusCode, len(got))
 	}
+	z, _ := os.ReadFile(rep)
 	req, _ := http.NewRequest("POST", "http://"+addr+"/upload", bytes.NewReader(z))
 	req.Header.Set("Authorization", "Bearer sekrit")
 	if resp, err = http.DefaultClient.Do(req); err != nil {

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unwound-dev/unwound/internal/flock"
 	"github.com/unwound-dev/unwound/internal/smallsort"
 	"golang.org/x/sys/unix"
 )
@@ -93,7 +94,7 @@ func Check(p Policy, exe string) (*Ticket, error) {
 		}
 		t.slot = slot
 	}
-	lock, err := flock(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
+	lock, err := flock.Open(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
 		return t, fmt.Errorf("admission lock: %w (admitting)", err)
 	}
@@ -150,7 +151,7 @@ func Restore(p Policy, dropped map[string]int) {
 	if len(dropped) == 0 {
 		return
 	}
-	lock, err := flock(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
+	lock, err := flock.Open(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
 		return
 	}
@@ -165,7 +166,7 @@ func Restore(p Policy, dropped map[string]int) {
 // Pending returns the drops counted since the last admitted report: what
 // the next report will carry.
 func Pending(dir string) map[string]int {
-	lock, err := flock(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
+	lock, err := flock.Open(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
 		return nil
 	}
@@ -177,7 +178,7 @@ func Pending(dir string) map[string]int {
 func Drop(p Policy, reason string) { record(p.Dir, reason) }
 
 func record(dir, reason string) {
-	lock, err := flock(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
+	lock, err := flock.Open(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
 		return
 	}
@@ -194,30 +195,12 @@ func exeKey(exe string) string {
 
 func takeSlot(dir string, n int) (*os.File, error) {
 	for i := 0; i < n; i++ {
-		f, err := flock(filepath.Join(dir, fmt.Sprintf("slot.%d", i)), unix.LOCK_EX|unix.LOCK_NB)
+		f, err := flock.Open(filepath.Join(dir, fmt.Sprintf("slot.%d", i)), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return f, nil
 		}
 	}
 	return nil, errors.New("every slot is taken")
-}
-
-func flock(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // maxState bounds the state file: a hostile or corrupt one is reset.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // benchCore is a 256 MiB core of 64 segments of 4 MiB, streamed.

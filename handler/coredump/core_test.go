@@ -6,12 +6,12 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 var sampleArches = []struct {
@@ -30,36 +30,7 @@ var sampleArches = []struct {
 
 func sample(i int) *synthCore {
 	a := sampleArches[i]
-	c := sampleCore(a.class, a.machine)
-	if a.order != nil {
-		// Rebuild with the other byte order: notes are encoded at add time.
-		c = &synthCore{class: a.class, machine: a.machine, order: a.order}
-		*c = *rebuild(c)
-	}
-	return c
-}
-
-// rebuild builds sampleCore's content for a core whose order is set.
-func rebuild(c *synthCore) *synthCore {
-	s := sampleCore(c.class, c.machine)
-	s.order = c.order
-	s.notes = nil
-	m := c.machine
-	s.addThread(101, 11, regsFor(m, 0x1000))
-	s.addNote("CORE", ntPRPSInfo, s.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
-	s.addNote("CORE", ntSigInfo, s.siginfo(11, 0, 1, 0xdead0))
-	s.addNote("CORE", ntAuxv, s.auxv(AT_PAGESZ, 4096, AT_SYSINFO_EHDR, 0x7fff0000, AT_ENTRY, 0x401000))
-	s.addNote("CORE", ntFile, s.ntfile(4096, []FileMapping{
-		{Start: 0x400000, End: 0x401000, Offset: 0, Path: "/usr/bin/crasher"},
-		{Start: 0x401000, End: 0x403000, Offset: 0x1000, Path: "/usr/bin/crasher"},
-		{Start: 0x70000000, End: 0x70001000, Offset: 0x3000, Path: "/tmp/libgone.so (deleted)"},
-	}))
-	s.addNote("CORE", ntPRFPReg, make([]byte, 512))
-	s.addNote("GNU", 0x1234, []byte{1, 2, 3})
-	s.addThread(102, 0, regsFor(m, 0x2000))
-	s.addNote("LINUX", 0x202, make([]byte, 832))
-	s.addThread(103, 0, regsFor(m, 0x3000))
-	return s
+	return sampleCoreOrder(a.class, a.machine, a.order)
 }
 
 func mustRead(t testing.TB, b []byte) (*Core, *Stream) {
@@ -477,15 +448,6 @@ func patch(b []byte, off int, v uint64, size int) []byte {
 	return b
 }
 
-// allocBytes is how many bytes f allocates.
-func allocBytes(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
 // Hostile headers: errors, never panics, and memory bounded by what the
 // stream holds rather than by what it claims.
 func TestHostile(t *testing.T) {
@@ -530,7 +492,7 @@ func TestHostile(t *testing.T) {
 			var c *Core
 			var s *Stream
 			var err, cerr error
-			n := allocBytes(func() {
+			n := testutil.Allocated(func() {
 				c, s, err = ReadHeader(bytes.NewReader(tc.b), tc.lim)
 				if c != nil && s != nil {
 					cerr = collectAll(c, s)
@@ -577,6 +539,19 @@ func TestNTFileMalformed(t *testing.T) {
 // A core claiming a million threads or program headers costs what the
 // stream holds, not what it claims.
 func TestHugeClaims(t *testing.T) {
+	// refused checks that ReadHeader refuses b under lim, having
+	// allocated at most max bytes.
+	refused := func(what string, b []byte, lim Limits, max uint64) {
+		t.Helper()
+		n := testutil.Allocated(func() {
+			if _, _, err := ReadHeader(bytes.NewReader(b), lim); err == nil {
+				t.Errorf("%s: no error", what)
+			}
+		})
+		if n > max {
+			t.Errorf("%s: allocated %d bytes", what, n)
+		}
+	}
 	// PN_XNUM with the notes 10^6 program headers away.
 	sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
 	sc.xnum = true
@@ -584,14 +559,7 @@ func TestHugeClaims(t *testing.T) {
 	b = patch(b, 64+8, 64+56*1000000, 8)
 	lim := DefaultLimits
 	lim.MaxSegments = 2000000
-	n := allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b[:64+56*20]), lim); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 64<<10 {
-		t.Errorf("PN_XNUM claiming 10^6 phdrs: allocated %d bytes", n)
-	}
+	refused("PN_XNUM claiming 10^6 phdrs", b[:64+56*20], lim, 64<<10)
 
 	// 10^6 NT_PRSTATUS notes claimed, 16 MiB-1 of PT_NOTE, stream short.
 	sc = &synthCore{class: elf.ELFCLASS64, machine: elf.EM_X86_64}
@@ -600,26 +568,12 @@ func TestHugeClaims(t *testing.T) {
 	}
 	b = sc.bytes()
 	b = patch(b, 64+32, 16<<20-1, 8)
-	n = allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b), DefaultLimits); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 1<<20 {
-		t.Errorf("PT_NOTE claiming 16 MiB: allocated %d bytes", n)
-	}
+	refused("PT_NOTE claiming 16 MiB", b, DefaultLimits, 1<<20)
 
 	// 10^6 threads really present (340 MB of notes) are refused by the
 	// note budget before any is read.
 	b = patch(b, 64+32, 1000000*352, 8)
-	n = allocBytes(func() {
-		if _, _, err := ReadHeader(bytes.NewReader(b), DefaultLimits); err == nil {
-			t.Error("no error")
-		}
-	})
-	if n > 64<<10 {
-		t.Errorf("PT_NOTE claiming 10^6 threads: allocated %d bytes", n)
-	}
+	refused("PT_NOTE claiming 10^6 threads", b, DefaultLimits, 64<<10)
 
 	// Many real threads, capped by MaxThreads.
 	sc = &synthCore{class: elf.ELFCLASS64, machine: elf.EM_X86_64}
@@ -628,7 +582,7 @@ func TestHugeClaims(t *testing.T) {
 	}
 	b = sc.bytes()
 	var c *Core
-	n = allocBytes(func() {
+	n := testutil.Allocated(func() {
 		var err error
 		c, _, err = ReadHeader(bytes.NewReader(b), DefaultLimits)
 		if err != nil {

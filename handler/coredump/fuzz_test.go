@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // fuzzLimits keep one iteration small: the fuzzer's inputs are small, and

@@ -3,7 +3,7 @@ package coredump
 import (
 	"encoding/binary"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // PRStatusLayout is where struct elf_prstatus (include/linux/elfcore.h,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 type realCore struct {

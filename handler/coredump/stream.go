@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // ReadHeader reads a core's ELF header, program headers and notes from a

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // This file synthesizes ELF core dumps laid out the way the kernel writes
@@ -213,7 +213,13 @@ func regsFor(m elf.Machine, base uint64) []uint64 {
 // sampleCore is a small valid core with every note type the package reads,
 // an unknown note, three threads and three segments out of address order.
 func sampleCore(class elf.Class, m elf.Machine) *synthCore {
-	c := &synthCore{class: class, machine: m}
+	return sampleCoreOrder(class, m, nil)
+}
+
+// sampleCoreOrder is sampleCore in byte order order (nil: little-endian);
+// notes are encoded as they are added, so the order comes first.
+func sampleCoreOrder(class elf.Class, m elf.Machine, order binary.ByteOrder) *synthCore {
+	c := &synthCore{class: class, machine: m, order: order}
 	c.addThread(101, 11, regsFor(m, 0x1000))
 	c.addNote("CORE", ntPRPSInfo, c.prpsinfo(101, 1, 1000, 1001, "crasher", "./crasher -x arg"))
 	c.addNote("CORE", ntSigInfo, c.siginfo(11, 0, 1, 0xdead0))

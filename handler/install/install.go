@@ -24,8 +24,8 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/kuser"
-	"github.com/unwound-dev/unwound/handler/sysctl"
 	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // ConfPath is the file install writes, on the board.

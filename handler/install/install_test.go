@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // These tests install into scratch roots (--root) and, for applying
@@ -66,26 +67,14 @@ func writeFile(t *testing.T, root, rel, text string) {
 func snapshot(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == root {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		v := info.Mode().String()
-		if info.Mode().IsRegular() && !strings.HasSuffix(rel, "unwound-handler") {
+	testutil.Walk(t, root, func(rel, p string, mode fs.FileMode) {
+		v := mode.String()
+		if mode.IsRegular() && !strings.HasSuffix(rel, "unwound-handler") {
 			b, _ := os.ReadFile(p)
 			v += " " + string(b)
 		}
 		out["/"+rel] = v
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out
 }
 

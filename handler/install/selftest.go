@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/handler/coredump"
-	"github.com/unwound-dev/unwound/handler/elf"
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 	"github.com/unwound-dev/unwound/report"
@@ -224,100 +224,12 @@ func gregs(a *arch.Arch, pc, sp uint64) []uint64 {
 	return r
 }
 
-// elfHeader returns an ELF header for a of type typ with phnum program
-// headers right after it and shnum section headers at shoff.
-func elfHeader(a *arch.Arch, typ elf.Type, entry uint64, phnum int, shoff uint64, shnum, shstrndx int) []byte {
-	o := a.Order
-	ehsize, phentsize, shentsize := 52, 32, 40
-	if a.PtrSize == 8 {
-		ehsize, phentsize, shentsize = 64, 56, 64
+// elfFlags is e_flags for a's executables.
+func elfFlags(a *arch.Arch) uint32 {
+	if a.PtrSize == 4 && a.Machine == elf.EM_ARM {
+		return 0x05000000 // EF_ARM_EABI_VER5
 	}
-	h := make([]byte, ehsize)
-	copy(h, elf.ELFMAG)
-	h[elf.EI_CLASS] = byte(a.Class)
-	h[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	if o == binary.ByteOrder(binary.BigEndian) {
-		h[elf.EI_DATA] = byte(elf.ELFDATA2MSB)
-	}
-	h[elf.EI_VERSION] = 1
-	o.PutUint16(h[16:], uint16(typ))
-	o.PutUint16(h[18:], uint16(a.Machine))
-	o.PutUint32(h[20:], 1)
-	if a.PtrSize == 8 {
-		o.PutUint64(h[24:], entry)
-		o.PutUint64(h[32:], uint64(ehsize))
-		o.PutUint64(h[40:], shoff)
-		o.PutUint16(h[52:], uint16(ehsize))
-		o.PutUint16(h[54:], uint16(phentsize))
-		o.PutUint16(h[56:], uint16(phnum))
-		o.PutUint16(h[58:], uint16(shentsize))
-		o.PutUint16(h[60:], uint16(shnum))
-		o.PutUint16(h[62:], uint16(shstrndx))
-	} else {
-		o.PutUint32(h[24:], uint32(entry))
-		o.PutUint32(h[28:], uint32(ehsize))
-		o.PutUint32(h[32:], uint32(shoff))
-		if a.Machine == elf.EM_ARM {
-			o.PutUint32(h[36:], 0x05000000) // EF_ARM_EABI_VER5
-		}
-		o.PutUint16(h[40:], uint16(ehsize))
-		o.PutUint16(h[42:], uint16(phentsize))
-		o.PutUint16(h[44:], uint16(phnum))
-		o.PutUint16(h[46:], uint16(shentsize))
-		o.PutUint16(h[48:], uint16(shnum))
-		o.PutUint16(h[50:], uint16(shstrndx))
-	}
-	return h
-}
-
-func phdr(a *arch.Arch, typ elf.ProgType, flags elf.ProgFlag, off, vaddr, filesz, memsz, align uint64) []byte {
-	o := a.Order
-	if a.PtrSize == 8 {
-		p := make([]byte, 56)
-		o.PutUint32(p[0:], uint32(typ))
-		o.PutUint32(p[4:], uint32(flags))
-		o.PutUint64(p[8:], off)
-		o.PutUint64(p[16:], vaddr)
-		o.PutUint64(p[24:], vaddr)
-		o.PutUint64(p[32:], filesz)
-		o.PutUint64(p[40:], memsz)
-		o.PutUint64(p[48:], align)
-		return p
-	}
-	p := make([]byte, 32)
-	o.PutUint32(p[0:], uint32(typ))
-	o.PutUint32(p[4:], uint32(off))
-	o.PutUint32(p[8:], uint32(vaddr))
-	o.PutUint32(p[12:], uint32(vaddr))
-	o.PutUint32(p[16:], uint32(filesz))
-	o.PutUint32(p[20:], uint32(memsz))
-	o.PutUint32(p[24:], uint32(flags))
-	o.PutUint32(p[28:], uint32(align))
-	return p
-}
-
-func shdr(a *arch.Arch, name uint32, typ elf.SectionType, flags elf.SectionFlag, addr, off, size uint64) []byte {
-	o := a.Order
-	if a.PtrSize == 8 {
-		s := make([]byte, 64)
-		o.PutUint32(s[0:], name)
-		o.PutUint32(s[4:], uint32(typ))
-		o.PutUint64(s[8:], uint64(flags))
-		o.PutUint64(s[16:], addr)
-		o.PutUint64(s[24:], off)
-		o.PutUint64(s[32:], size)
-		o.PutUint64(s[48:], 1)
-		return s
-	}
-	s := make([]byte, 40)
-	o.PutUint32(s[0:], name)
-	o.PutUint32(s[4:], uint32(typ))
-	o.PutUint32(s[8:], uint32(flags))
-	o.PutUint32(s[12:], uint32(addr))
-	o.PutUint32(s[16:], uint32(off))
-	o.PutUint32(s[20:], uint32(size))
-	o.PutUint32(s[32:], 1)
-	return s
+	return 0
 }
 
 // syntheticProgram is the ELF executable the synthetic process maps: a
@@ -383,10 +295,8 @@ func syntheticProgram(a *arch.Arch) []byte {
 	}
 	eh = append(eh, 0, 0, 0, 0) // terminator
 
-	ehsize, phentsize := 52, 32
-	if w == 8 {
-		ehsize, phentsize = 64, 56
-	}
+	wr := elf.Writer{Class: a.Class, Order: a.Order}
+	ehsize, phentsize, _ := wr.Sizes()
 	noteOff := uint64(ehsize + 2*phentsize)
 	note := o.AppendUint32(nil, 4)
 	note = o.AppendUint32(note, uint32(len(selftestBuildID)))
@@ -402,10 +312,10 @@ func syntheticProgram(a *arch.Arch) []byte {
 	loadSize := strOff
 	shoff := (strOff + uint64(len(shstr)) + 7) &^ 7
 
-	file := make([]byte, shoff)
-	copy(file, elfHeader(a, elf.ET_EXEC, funcAddr(2), 2, shoff, 5, 4))
-	copy(file[ehsize:], phdr(a, elf.PT_LOAD, elf.PF_R|elf.PF_X, 0, progBase, loadSize, loadSize, 4096))
-	copy(file[ehsize+phentsize:], phdr(a, elf.PT_NOTE, elf.PF_R, noteOff, progBase+noteOff, uint64(len(note)), uint64(len(note)), 4))
+	file := wr.AppendHeader(make([]byte, 0, shoff), elf.Header{Type: elf.ET_EXEC, Machine: a.Machine, Flags: elfFlags(a), Entry: funcAddr(2), Phnum: 2, Shoff: shoff, Shnum: 5, Shstrndx: 4})
+	file = wr.AppendProg(file, elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: progBase, Paddr: progBase, Filesz: loadSize, Memsz: loadSize, Align: 4096})
+	file = wr.AppendProg(file, elf.ProgHeader{Type: elf.PT_NOTE, Flags: elf.PF_R, Off: noteOff, Vaddr: progBase + noteOff, Paddr: progBase + noteOff, Filesz: uint64(len(note)), Memsz: uint64(len(note)), Align: 4})
+	file = file[:shoff]
 	copy(file[noteOff:], note)
 	// The functions' code: never executed or decoded (the CFI describes
 	// them); a recognisable filler that is no signal trampoline.
@@ -415,11 +325,18 @@ func syntheticProgram(a *arch.Arch) []byte {
 	copy(file[ehOff:], eh)
 	copy(file[strOff:], shstr)
 	idx := func(name string) uint32 { return uint32(bytes.Index(shstr, []byte("\x00"+name+"\x00")) + 1) }
-	file = append(file, shdr(a, 0, elf.SHT_NULL, 0, 0, 0, 0)...)
-	file = append(file, shdr(a, idx(".text"), elf.SHT_PROGBITS, elf.SHF_ALLOC|elf.SHF_EXECINSTR, progBase+textOff, textOff, 3*funcSize)...)
-	file = append(file, shdr(a, idx(".eh_frame"), elf.SHT_PROGBITS, elf.SHF_ALLOC, progBase+ehOff, ehOff, uint64(len(eh)))...)
-	file = append(file, shdr(a, idx(".note.gnu.build-id"), elf.SHT_NOTE, elf.SHF_ALLOC, progBase+noteOff, noteOff, uint64(len(note)))...)
-	file = append(file, shdr(a, idx(".shstrtab"), elf.SHT_STRTAB, 0, 0, strOff, uint64(len(shstr)))...)
+	sec := func(name string, typ elf.SectionType, flags elf.SectionFlag, addr, off, size uint64) {
+		n := uint32(0)
+		if name != "" {
+			n = idx(name)
+		}
+		file = wr.AppendSection(file, n, elf.SectionHeader{Type: typ, Flags: flags, Addr: addr, Offset: off, Size: size, Addralign: 1})
+	}
+	sec("", elf.SHT_NULL, 0, 0, 0, 0)
+	sec(".text", elf.SHT_PROGBITS, elf.SHF_ALLOC|elf.SHF_EXECINSTR, progBase+textOff, textOff, 3*funcSize)
+	sec(".eh_frame", elf.SHT_PROGBITS, elf.SHF_ALLOC, progBase+ehOff, ehOff, uint64(len(eh)))
+	sec(".note.gnu.build-id", elf.SHT_NOTE, elf.SHF_ALLOC, progBase+noteOff, noteOff, uint64(len(note)))
+	sec(".shstrtab", elf.SHT_STRTAB, 0, 0, strOff, uint64(len(shstr)))
 	return file
 }
 

@@ -10,9 +10,9 @@ import (
 	"io/fs"
 	"math"
 
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
-	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // MaxSection caps how much of one section is read: no real unwind table

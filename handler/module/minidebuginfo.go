@@ -13,8 +13,8 @@ import (
 
 	"github.com/ulikunitz/xz/lzma"
 
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/cfi"
-	"github.com/unwound-dev/unwound/handler/elf"
 )
 
 // MiniDebugInfo (GDB manual "MiniDebugInfo"): a stripped file may carry, in

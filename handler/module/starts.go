@@ -3,7 +3,7 @@ package module
 import (
 	"strings"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // InCode reports whether the runtime address pc lies in the module's

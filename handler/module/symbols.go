@@ -5,7 +5,7 @@ import (
 	"io"
 	"sort"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // maxSymbols bounds the function-start index: libc has about 3,000

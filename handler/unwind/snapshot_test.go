@@ -17,8 +17,8 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/snapshots from the crash fixtures' cores (needs the cross compilers, qemu-user and gdb-multiarch)")

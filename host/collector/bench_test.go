@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // BenchmarkPut stores reports one at a time (each its own transaction,

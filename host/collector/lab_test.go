@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"debug/elf"
 	"encoding/json"
 	"flag"
@@ -12,19 +11,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/signature"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/qemu"
-	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
-	"golang.org/x/sys/unix"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/labcore"
 )
 
 // A lab crash is one fixture program crashed one way, its core made by
@@ -89,133 +84,47 @@ func labReport(t *testing.T, c labCrash) (*report.Report, fixture.Binary) {
 	return r, b
 }
 
-// riscvCores are the lab's riscv64 kernel cores, made once per test
-// process for every crash the lab asks of riscv64 (labRISCV).
-var riscvCores struct {
-	sync.Mutex
-	cores map[string]string
-	root  string
+// labCrashes is every scenario of the lab set for arch, built as
+// variant.
+func labCrashes(arch, variant string) []labCrash {
+	if arch == "riscv64" && variant == "clang-lld-default-dynamic" {
+		variant = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
+	}
+	var out []labCrash
+	for _, s := range labScenarios {
+		prog := "crash"
+		if s == "throw" {
+			prog = "crashxx"
+		}
+		out = append(out, labCrash{arch, variant, prog, s})
+	}
+	return out
 }
 
 // labRISCV is every riscv64 crash of the lab set.
 func labRISCV() []labCrash {
 	var out []labCrash
 	for _, rel := range labReleases {
-		v := rel.variant
-		if v == "clang-lld-default-dynamic" {
-			v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
-		}
-		for _, s := range labScenarios {
-			prog := "crash"
-			if s == "throw" {
-				prog = "crashxx"
-			}
-			out = append(out, labCrash{"riscv64", v, prog, s})
-		}
+		out = append(out, labCrashes("riscv64", rel.variant)...)
 	}
 	return out
 }
 
 // riscvCore returns the core of one riscv64 crash, and the guest's files
-// as the host sees them (programs at /bin/VARIANT/PROG, glibc at /lib).
-// The minimal kernel boots under QEMU once for every crash of labRISCV,
-// with a core_pattern that writes files, and ships the cores out; they
-// are cached beside the fixtures, keyed by the kernel.
+// as the host sees them (labcore.Cores): the minimal kernel boots under
+// QEMU once for every crash of labRISCV, and the cores are cached beside
+// the fixtures, keyed by the kernel.
 func riscvCore(t *testing.T, b fixture.Binary, scenario string) (string, string) {
 	t.Helper()
-	riscvCores.Lock()
-	defer riscvCores.Unlock()
-	name := func(c labCrash) string { return c.variant + "-" + c.prog + "-" + c.scenario }
-	want := name(labCrash{"riscv64", b.Variant, b.Prog, scenario})
-	if riscvCores.cores != nil {
-		return riscvCores.cores[want], riscvCores.root
-	}
 	if _, err := exec.LookPath("qemu-system-riscv64"); err != nil {
 		t.Skip("qemu-system-riscv64 not installed")
 	}
-	kernel, err := qemu.Kernel("riscv64")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(filepath.Dir(b.Dir), "labcores", filepath.Base(filepath.Dir(kernel)))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lk, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.MkdirTemp("", "unwound-riscv-root-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := qemu.NewInitramfs()
-	if err := qemu.AddGlibc(r, "riscv64", root); err != nil {
-		t.Skip(err)
-	}
-	cores := map[string]string{}
-	plan := guest.Plan{Steps: []guest.Step{{Mkdir: "/var/cores"}}}
-	added := map[string]bool{}
-	var missing []labCrash
+	var crashes []labcore.Crash
 	for _, c := range labRISCV() {
-		bb := fixture.Binary{Arch: "riscv64", Variant: c.variant, Prog: c.prog, Dir: b.Dir}
-		gp := "/bin/" + c.variant + "/" + c.prog
-		if !added[gp] {
-			added[gp] = true
-			r.HostFile(gp, 0o755, bb.Stripped())
-			os.MkdirAll(filepath.Join(root, "bin", c.variant), 0o755)
-			os.Symlink(bb.Stripped(), filepath.Join(root, "bin", c.variant, c.prog))
-		}
-		n := name(c)
-		cores[n] = filepath.Join(dir, n+".core")
-		if _, err := os.Stat(cores[n]); err == nil {
-			continue
-		}
-		missing = append(missing, c)
-		plan.Steps = append(plan.Steps,
-			guest.Step{Write: "/proc/sys/kernel/core_pattern", Data: "/var/cores/" + n + ".core"},
-			guest.Step{Run: []string{gp, c.scenario}},
-			guest.Step{WaitFiles: "/var/cores/" + n + ".core"},
-			guest.Step{Ship: "/var/cores/" + n + ".core", As: "cores", Remove: true})
+		crashes = append(crashes, labcore.Crash{Variant: c.variant, Prog: c.prog, Scenario: c.scenario})
 	}
-	if len(missing) > 0 {
-		js, err := json.Marshal(plan)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.File("/plan.json", 0o644, js)
-		work := t.TempDir()
-		init := filepath.Join(work, "init")
-		if err := qemu.BuildGo("github.com/unwound-dev/unwound/qemu/cmd/guestinit", "riscv64", init); err != nil {
-			t.Fatal(err)
-		}
-		r.HostFile("/init", 0o755, init)
-		m := &qemu.Machine{Arch: "riscv64", Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 10 * time.Minute, Dir: work}
-		res, err := m.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("riscv64 lab: %d crashes, boot to poweroff %v", len(missing), res.Duration.Round(time.Millisecond))
-		for _, c := range missing {
-			n := name(c)
-			data, ok := res.Files["cores/"+n+".core"]
-			if !ok {
-				t.Fatalf("%s: the guest wrote no core\n%s", n, res.Console)
-			}
-			if err := os.WriteFile(cores[n]+".tmp", data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(cores[n]+".tmp", cores[n]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	riscvCores.cores, riscvCores.root = cores, root
-	return cores[want], root
+	cores, root := labcore.Cores(t, "riscv64", b.Dir, crashes)
+	return cores[labcore.Crash{Variant: b.Variant, Prog: b.Prog, Scenario: scenario}.Name()], root
 }
 
 // addSymbols puts a crash's files where unwound symbols add would, by
@@ -267,16 +176,9 @@ func TestLabTraces(t *testing.T) {
 	var out []labTrace
 	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		for _, rel := range labReleases {
-			for _, s := range labScenarios {
-				prog := "crash"
-				if s == "throw" {
-					prog = "crashxx"
-				}
-				v := rel.variant
-				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
-					v = "gcc-mold-default-dynamic"
-				}
-				r, b := labReport(t, labCrash{arch, v, prog, s})
+			for _, lc := range labCrashes(arch, rel.variant) {
+				v, s := lc.variant, lc.scenario
+				r, b := labReport(t, lc)
 				for _, symbols := range []bool{true, false} {
 					dir := t.TempDir()
 					if symbols {
@@ -359,16 +261,9 @@ func labFleet(t *testing.T) (reports [][]byte, bug map[string]string, bins []fix
 	n := 0
 	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		for _, rel := range labReleases {
-			for _, s := range labScenarios {
-				prog := "crash"
-				if s == "throw" {
-					prog = "crashxx"
-				}
-				v := rel.variant
-				if arch == "riscv64" && v == "clang-lld-default-dynamic" {
-					v = "gcc-mold-default-dynamic" // lld cannot link RISC-V objects that need relaxation
-				}
-				r, b := labReport(t, labCrash{arch, v, prog, s})
+			for _, lc := range labCrashes(arch, rel.variant) {
+				s := lc.scenario
+				r, b := labReport(t, lc)
 				bins = append(bins, b)
 				reps = append(reps, r)
 				for d := 0; d < rel.devices; d++ {
@@ -628,14 +523,4 @@ func buildID(t *testing.T, ef *elf.File) string {
 		return ""
 	}
 	return fmt.Sprintf("%x", b[16:])
-}
-
-// TestMain removes the riscv64 guest's file tree that the lab tests
-// share.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if riscvCores.root != "" {
-		os.RemoveAll(riscvCores.root)
-	}
-	os.Exit(code)
 }

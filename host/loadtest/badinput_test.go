@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // manyFrames is a report whose crashed thread has n frames, as JSON.

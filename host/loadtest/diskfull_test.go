@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
 )

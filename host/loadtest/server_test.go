@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/testbin"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }

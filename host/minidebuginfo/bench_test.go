@@ -7,7 +7,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/host/minidebuginfo"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // BenchmarkHandlerMiniDebugInfo is what reading MiniDebugInfo costs the

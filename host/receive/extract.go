@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/unwound-dev/unwound/uploader/armor"
+	"github.com/unwound-dev/unwound/wire/armor"
 )
 
 // Extract turns `unwound-uploader dump` output captured from a console

@@ -10,8 +10,8 @@ import (
 	"go.bug.st/serial"
 	"golang.org/x/sys/unix"
 
-	"github.com/unwound-dev/unwound/uploader/serialproto"
-	"github.com/unwound-dev/unwound/uploader/serialup"
+	"github.com/unwound-dev/unwound/wire/serialport"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 // SerialOptions configure the serial receiver.
@@ -40,7 +40,7 @@ func Serial(ctx context.Context, st Sink, o SerialOptions) (SerialResult, error)
 	var res SerialResult
 	// Asked before the port can fail: a pty's /dev/pts/N is gone then.
 	pty := isPtySlave(o.Port)
-	p, err := serialup.Open(o.Port, o.Baud, o.Flow)
+	p, err := serialport.Open(o.Port, o.Baud, o.Flow)
 	if err != nil {
 		return res, err
 	}
@@ -116,7 +116,7 @@ func reopen(ctx context.Context, path string, baud int, flow string, idle time.D
 		give = time.After(idle)
 	}
 	for {
-		p, err := serialup.Open(path, baud, flow)
+		p, err := serialport.Open(path, baud, flow)
 		if err == nil {
 			return p, nil
 		}

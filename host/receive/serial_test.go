@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
-	"github.com/unwound-dev/unwound/uploader/serialproto"
+	"github.com/unwound-dev/unwound/testkit/testutil"
+	"github.com/unwound-dev/unwound/wire/serialproto"
 )
 
 // ptyMaster opens a pseudo-terminal and returns its master, as QEMU's

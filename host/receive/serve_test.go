@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
 )

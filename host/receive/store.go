@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/report/zstdenc"
@@ -102,7 +101,7 @@ func NewStore(dir string) (*Store, error) {
 func (s *Store) String() string { return s.dir }
 
 // Path is where the report id is kept.
-func (s *Store) Path(id string) string { return filepath.Join(s.dir, id+queue.Suffix) }
+func (s *Store) Path(id string) string { return filepath.Join(s.dir, id+report.Suffix) }
 
 // Has reports whether the report id is kept.
 func (s *Store) Has(id string) bool {
@@ -183,7 +182,7 @@ func (s *Store) List() ([]Stored, error) {
 	}
 	out := []Stored{}
 	for _, de := range des {
-		id, ok := strings.CutSuffix(de.Name(), queue.Suffix)
+		id, ok := strings.CutSuffix(de.Name(), report.Suffix)
 		if !ok || !ValidID(id) {
 			continue
 		}

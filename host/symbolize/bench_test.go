@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // threads64 is the benchmarks' report: testdata/threads64.c built -O2

@@ -15,6 +15,8 @@ import (
 	"sort"
 
 	"github.com/ulikunitz/xz"
+
+	uelf "github.com/unwound-dev/unwound/elf"
 )
 
 // Limits on what outside files may make us allocate.
@@ -108,25 +110,14 @@ func sectionBytes(s *elf.Section) ([]byte, error) {
 	return s.Data()
 }
 
-// noteBuildID returns the NT_GNU_BUILD_ID descriptor in a note area.
+// noteBuildID returns the NT_GNU_BUILD_ID descriptor in a note area,
+// parsed by the handler's reader so both ends agree on what an ID is.
 func noteBuildID(r io.Reader, size uint64, order binary.ByteOrder) []byte {
 	b, err := io.ReadAll(io.LimitReader(r, int64(size)))
 	if err != nil {
 		return nil
 	}
-	for len(b) >= 12 {
-		namesz, descsz, typ := uint64(order.Uint32(b)), uint64(order.Uint32(b[4:])), order.Uint32(b[8:])
-		nameEnd := 12 + (namesz+3)&^3
-		descEnd := nameEnd + (descsz+3)&^3
-		if namesz > uint64(len(b)) || descsz > uint64(len(b)) || descEnd > uint64(len(b)) {
-			return nil
-		}
-		if typ == 3 && namesz == 4 && string(b[12:15]) == "GNU" && descsz > 0 {
-			return append([]byte(nil), b[nameEnd:nameEnd+descsz]...)
-		}
-		b = b[descEnd:]
-	}
-	return nil
+	return uelf.NoteBuildID(b, order)
 }
 
 // parseDebuglink decodes .gnu_debuglink: a NUL-terminated file name, padding

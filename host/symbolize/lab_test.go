@@ -1,6 +1,6 @@
 package symbolize
 
-import "github.com/unwound-dev/unwound/internal/labcore"
+import "github.com/unwound-dev/unwound/testkit/labcore"
 
 // labCrashes turns the comparison cases into lab crashes.
 func labCrashes() []labcore.Crash {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // TestBuildrootStaging is Buildroot's layout: the board runs stripped

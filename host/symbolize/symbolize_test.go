@@ -15,9 +15,9 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/internal/labcore"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/labcore"
 )
 
 var cases = []struct{ variant, scenario string }{

@@ -5,6 +5,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/unwound-dev/unwound/report"
 )
 
 // WriteText prints a symbolized report in the style of gdb's bt, one
@@ -111,4 +113,28 @@ func how(method, trust string) string {
 		return method
 	}
 	return method + ", " + trust
+}
+
+// Plain is r as a Result with no symbols looked up, so that WriteText
+// prints an unsymbolized report (`unwound decode`) the way it prints a
+// symbolized one: each frame says, in place of why it has no symbols,
+// the module and file address it is at.
+func Plain(r *report.Report) *Result {
+	res := &Result{Report: r}
+	for _, m := range r.Modules {
+		res.Modules = append(res.Modules, Module{Module: m})
+	}
+	for _, t := range r.Threads {
+		th := Thread{Thread: t, Frames: make([]Frame, 0, len(t.Frames))}
+		for _, f := range t.Frames {
+			where := "not in a module"
+			if f.Module >= 0 && f.Module < len(r.Modules) {
+				m := r.Modules[f.Module]
+				where = fmt.Sprintf("%s+%#x", m.Path, m.FileAddr(f.PC))
+			}
+			th.Frames = append(th.Frames, Frame{Frame: f, Error: where})
+		}
+		res.Threads = append(res.Threads, th)
+	}
+	return res
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/symbolize"
-	"github.com/unwound-dev/unwound/internal/fixture"
-	"github.com/unwound-dev/unwound/internal/labcore"
+	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/labcore"
 )
 
 func need(t *testing.T, tools ...string) {

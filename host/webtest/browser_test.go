@@ -21,7 +21,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 var update = flag.Bool("update", false, "write the screenshots into docs/img for the README")

@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/unwound-dev/unwound/handler/sysctl"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 func main() {

@@ -12,7 +12,7 @@
 # Debian's armhf compiler emits): -marm, -notables, -marm-notables.
 #
 # The crash matrix (issue 16) adds variants named CC-LD-FLAGS-LINK[-musl],
-# built for each name listed in $VARIANTS (space-separated; internal/fixture
+# built for each name listed in $VARIANTS (space-separated; testkit/fixture
 # passes the lab's slice, or the whole matrix with UNWOUND_MATRIX=full):
 #   CC     gcc, clang
 #   LD     bfd (GNU ld as the toolchain sets it up), sep / nosep (GNU ld with

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/testutil"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
 	"github.com/unwound-dev/unwound/uploader/httpup"
 )

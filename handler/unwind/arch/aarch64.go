@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // AArch64 DWARF numbers (AADWARF64 §4.1): x0–x30 are 0–30, sp is 31.

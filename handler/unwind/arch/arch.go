@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )

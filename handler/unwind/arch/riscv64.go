@@ -3,7 +3,7 @@ package arch
 import (
 	"encoding/binary"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )
 

@@ -3,7 +3,7 @@ package arch
 import (
 	"encoding/binary"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
 )
 
 // DWARF numbers, x86-64 psABI §3.6.2 figure 3.36.

@@ -37,33 +37,23 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/qemu/guest"
 )
 
-var outMu sync.Mutex
-
-// say writes one console line with a single write.
-func say(format string, args ...any) {
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write([]byte("HL-" + fmt.Sprintf(format, args...) + "\n"))
-}
-
-func fail(format string, args ...any) {
-	say("FAIL "+format, args...)
-	os.Exit(1)
-}
+// console carries the facts the host parses.
+var console = guest.Console{Prefix: "HL-"}
 
 const qdir = "/var/lib/unwound/queue"
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: hardenlab rss|budget|fuse|fusecrash|hold|container")
+		console.Fail("usage: hardenlab rss|budget|fuse|fusecrash|hold|container")
 	}
 	args := os.Args[2:]
 	switch os.Args[1] {
@@ -82,7 +72,7 @@ func main() {
 	case "container":
 		containerRuns(args)
 	default:
-		fail("unknown command %q", os.Args[1])
+		console.Fail("unknown command %q", os.Args[1])
 	}
 }
 
@@ -259,7 +249,7 @@ func waitHandlers(max time.Duration) (time.Duration, bool, bool) {
 
 func setPattern(p string) {
 	if err := os.WriteFile("/proc/sys/kernel/core_pattern", []byte(p), 0o644); err != nil {
-		fail("core_pattern: %v", err)
+		console.Fail("core_pattern: %v", err)
 	}
 }
 
@@ -289,25 +279,25 @@ func budget(prog string, modes []string) {
 		cmd.Stderr = os.Stdout
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
-			fail("%s: %v", prog, err)
+			console.Fail("%s: %v", prog, err)
 		}
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		if line == "" {
 			cmd.Wait()
-			fail("%s exited before it was ready: %v", prog, cmd.ProcessState)
+			console.Fail("%s exited before it was ready: %v", prog, cmd.ProcessState)
 		}
-		say("BUDGET-READY mode=%s pid=%d %s rss_kib=%d setup_ms=%d", mode, cmd.Process.Pid, strings.TrimSpace(line),
+		console.Say("BUDGET-READY mode=%s pid=%d %s rss_kib=%d setup_ms=%d", mode, cmd.Process.Pid, strings.TrimSpace(line),
 			status(cmd.Process.Pid, "VmRSS")["VmRSS"], time.Since(start).Milliseconds())
 		crashed := time.Now()
 		in.Write([]byte{'x'}) // the program crashes on it
 		cmd.Wait()
 		reap := time.Since(crashed)
 		if !waitReport(before+i+1, 120*time.Second) {
-			fail("mode %s: no report", mode)
+			console.Fail("mode %s: no report", mode)
 		}
 		exit, _, ok := waitHandlers(60 * time.Second)
 		if !ok {
-			fail("mode %s: handler still running", mode)
+			console.Fail("mode %s: handler still running", mode)
 		}
 		m, _ := filepath.Glob("/run/rss-" + mode + ".*")
 		var rss string
@@ -315,7 +305,7 @@ func budget(prog string, modes []string) {
 			b, _ := os.ReadFile(m[0])
 			rss = strings.TrimSpace(string(b))
 		}
-		say("BUDGET mode=%s pid=%d reap_ms=%d handler_gone_ms=%d %s", mode, cmd.Process.Pid, reap.Milliseconds(),
+		console.Say("BUDGET mode=%s pid=%d reap_ms=%d handler_gone_ms=%d %s", mode, cmd.Process.Pid, reap.Milliseconds(),
 			(reap + exit).Milliseconds(), rss)
 	}
 }
@@ -325,30 +315,13 @@ func budget(prog string, modes []string) {
 var kmsgSeen = map[string]bool{}
 
 func kmsgHandlerLines() []string {
-	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
-	// poller, whose Read waits for more instead of returning EAGAIN.
-	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var out []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err == syscall.EPIPE {
-			continue // records overwritten meanwhile
+	return guest.KmsgRecords(func(rec string) bool {
+		if kmsgSeen[rec] || strings.HasPrefix(rec, "6,") || strings.HasPrefix(rec, "5,") {
+			return false
 		}
-		if err != nil || n <= 0 {
-			break
-		}
-		rec := string(buf[:n])
-		if i := strings.IndexByte(rec, ';'); i >= 0 && !kmsgSeen[rec] && !strings.HasPrefix(rec, "6,") && !strings.HasPrefix(rec, "5,") {
-			kmsgSeen[rec] = true
-			out = append(out, strings.TrimSpace(rec[i+1:]))
-		}
-	}
-	return out
+		kmsgSeen[rec] = true
+		return true
+	})
 }
 
 // --- FUSE ---
@@ -422,7 +395,7 @@ func serveFUSE(fd int, ready chan<- struct{}) {
 			continue
 		}
 		if err != nil || n < inHeaderLen {
-			say("FUSE-SERVER-END %v", err)
+			console.Say("FUSE-SERVER-END %v", err)
 			return
 		}
 		op := le.Uint32(buf[4:])
@@ -485,16 +458,16 @@ func serveFUSE(fd int, ready chan<- struct{}) {
 // mount neither answers nor fails), maps the file PROT_EXEC and jumps into
 // it: SIGILL with the PC in the mapping, the server thread frozen.
 func fuseCrash(mnt string) {
-	say("FUSE-START %s", mnt)
+	console.Say("FUSE-START %s", mnt)
 	runtime.GOMAXPROCS(4) // the server's thread and this one, even on one CPU
 	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		fail("/dev/fuse: %v", err)
+		console.Fail("/dev/fuse: %v", err)
 	}
 	os.MkdirAll(mnt, 0o755)
 	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fd)
 	if err := syscall.Mount("hardenlab", mnt, "fuse", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
-		fail("mount fuse: %v", err)
+		console.Fail("mount fuse: %v", err)
 	}
 	// The device answers reads only once mounted (EPERM before); the
 	// kernel sends INIT without waiting for it.
@@ -503,48 +476,48 @@ func fuseCrash(mnt string) {
 	select {
 	case <-ready:
 	case <-time.After(20 * time.Second):
-		fail("no FUSE INIT in 20 s")
+		console.Fail("no FUSE INIT in 20 s")
 	}
-	say("FUSE-MOUNTED %s", mnt)
+	console.Say("FUSE-MOUNTED %s", mnt)
 	holder := exec.Command("/bin/hardenlab", "hold")
 	holder.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "/dev/fuse")}
 	if err := holder.Start(); err != nil {
-		fail("holder: %v", err)
+		console.Fail("holder: %v", err)
 	}
 	os.WriteFile("/run/fuse-holder.pid", []byte(strconv.Itoa(holder.Process.Pid)), 0o644)
 	f, err := os.Open(filepath.Join(mnt, fileName))
 	if err != nil {
-		fail("open: %v", err)
+		console.Fail("open: %v", err)
 	}
 	// Fill the page cache through a read(2) first: a page fault that
 	// waits on the server holds this thread's P, and with one CPU the
 	// server's goroutine would never get one back after its read(2).
 	page := make([]byte, fileSize)
 	if n, err := f.ReadAt(page, 0); n != fileSize {
-		fail("read: %d bytes, %v", n, err)
+		console.Fail("read: %d bytes, %v", n, err)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, fileSize, syscall.PROT_READ|syscall.PROT_EXEC, syscall.MAP_PRIVATE)
 	if err != nil {
-		fail("mmap: %v", err)
+		console.Fail("mmap: %v", err)
 	}
 	f.Close()
 	if mem[0] == 0 && runtime.GOARCH == "amd64" {
-		fail("the page read back wrong")
+		console.Fail("the page read back wrong")
 	}
-	say("FUSE-MAPPED pid=%d at=%#x", os.Getpid(), uintptr(unsafe.Pointer(&mem[0])))
+	console.Say("FUSE-MAPPED pid=%d at=%#x", os.Getpid(), uintptr(unsafe.Pointer(&mem[0])))
 	runtime.LockOSThread()
 	// SIGILL to the default action: the kernel dumps with the PC at the
 	// instruction (Go's handler would re-raise it from the runtime).
 	var act [4]uint64
 	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGILL), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0); e != 0 {
-		fail("rt_sigaction: %v", e)
+		console.Fail("rt_sigaction: %v", e)
 	}
 	// A func value is a pointer to a word holding the code address.
 	entry := uintptr(unsafe.Pointer(&mem[64]))
 	p := &entry
 	jump := *(*func())(unsafe.Pointer(&p))
 	jump()
-	fail("still running after jumping into the mapping")
+	console.Fail("still running after jumping into the mapping")
 }
 
 // fuseRuns crashes fusecrash once per mode.
@@ -556,7 +529,7 @@ func fuseRuns(modes []string) {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
-			fail("fusecrash: %v", err)
+			console.Fail("fusecrash: %v", err)
 		}
 		waited := make(chan error, 1)
 		go func() { waited <- cmd.Wait() }()
@@ -570,9 +543,9 @@ func fuseRuns(modes []string) {
 		gone, dstate, ok := waitHandlers(60 * time.Second)
 		hs := handlers()
 		for _, l := range kmsgHandlerLines() {
-			say("LOG %s", l)
+			console.Say("LOG %s", l)
 		}
-		say("FUSE mode=%s pid=%d reaped=%v reap_ms=%d report=%v handler_gone=%v handler_gone_ms=%d dstate=%v left=%v state=%v",
+		console.Say("FUSE mode=%s pid=%d reaped=%v reap_ms=%d report=%v handler_gone=%v handler_gone_ms=%d dstate=%v left=%v state=%v",
 			mode, cmd.Process.Pid, reaped >= 0, reaped.Milliseconds(), gotReport, ok, (reaped + gone).Milliseconds(), dstate, len(hs), cmd.ProcessState)
 		// End the mount: the holder's descriptor is the last one, so
 		// killing it aborts the connection and fails whatever still waits.
@@ -586,7 +559,7 @@ func fuseRuns(modes []string) {
 		}
 		syscall.Unmount(mnt, syscall.MNT_DETACH)
 		if reaped < 0 {
-			fail("mode %s: the crashed process was not reaped in 90 s", mode)
+			console.Fail("mode %s: the crashed process was not reaped in 90 s", mode)
 		}
 	}
 }
@@ -625,13 +598,13 @@ func copyTree(from, to string) error {
 func watch(paths []string) (int, map[int]string) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		fail("inotify: %v", err)
+		console.Fail("inotify: %v", err)
 	}
 	wds := map[int]string{}
 	for _, p := range paths {
 		wd, err := unix.InotifyAddWatch(fd, p, unix.IN_OPEN|unix.IN_ACCESS)
 		if err != nil {
-			fail("inotify %s: %v", p, err)
+			console.Fail("inotify %s: %v", p, err)
 		}
 		wds[wd] = p
 	}
@@ -683,7 +656,7 @@ func containerRuns(modes []string) {
 		setPattern(pattern(mode))
 		root := "/run/ct-" + mode
 		if err := copyTree("/ctsrc", root); err != nil {
-			fail("copy: %v", err)
+			console.Fail("copy: %v", err)
 		}
 		// What a handler that followed the planted links would open:
 		// outside the root (the guest's own files), and the decoy inside.
@@ -696,7 +669,7 @@ func containerRuns(modes []string) {
 		out, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stdout
 		if err := cmd.Start(); err != nil {
-			fail("container: %v", err)
+			console.Fail("container: %v", err)
 		}
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		gpid := cmd.Process.Pid
@@ -716,14 +689,14 @@ func containerRuns(modes []string) {
 		} {
 			os.Remove(root + pl.path)
 			if err := os.Symlink(pl.target, root+pl.path); err != nil {
-				fail("plant: %v", err)
+				console.Fail("plant: %v", err)
 			}
 		}
 		events(fd, wds) // the copy and the process's start are not the handler's
-		say("CT-READY mode=%s pid=%d said=%q tids=%s mntns=%s pidns=%s", mode, gpid, strings.TrimSpace(line), strings.Join(tm, ","), mnt, pidns)
+		console.Say("CT-READY mode=%s pid=%d said=%q tids=%s mntns=%s pidns=%s", mode, gpid, strings.TrimSpace(line), strings.Join(tm, ","), mnt, pidns)
 		in.Write([]byte{'x'}) // the worker thread crashes now
 		waited := make(chan struct{})
-		go func() { cmd.Wait(); say("CT-EXIT %v", cmd.ProcessState); close(waited) }()
+		go func() { cmd.Wait(); console.Say("CT-EXIT %v", cmd.ProcessState); close(waited) }()
 		reaped := true
 		select {
 		case <-waited:
@@ -735,11 +708,11 @@ func containerRuns(modes []string) {
 		evs := events(fd, wds)
 		unix.Close(fd)
 		for _, l := range kmsgHandlerLines() {
-			say("LOG %s", l)
+			console.Say("LOG %s", l)
 		}
-		say("CT mode=%s pid=%d reaped=%v report=%v handler_gone=%v outside_access=%q", mode, gpid, reaped, got, gone, strings.Join(evs, " "))
+		console.Say("CT mode=%s pid=%d reaped=%v report=%v handler_gone=%v outside_access=%q", mode, gpid, reaped, got, gone, strings.Join(evs, " "))
 		if !reaped || !got {
-			fail("mode %s: reaped %v report %v", mode, reaped, got)
+			console.Fail("mode %s: reaped %v report %v", mode, reaped, got)
 		}
 	}
 }

@@ -25,8 +25,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 func main() {

@@ -36,28 +36,18 @@ import (
 	"unsafe"
 
 	"github.com/unwound-dev/unwound/handler/admit"
+	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
-var outMu sync.Mutex
-
-// say writes one console line with a single write.
-func say(format string, args ...any) {
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write([]byte("QL-" + fmt.Sprintf(format, args...) + "\n"))
-}
-
-func fail(format string, args ...any) {
-	say("FAIL "+format, args...)
-	os.Exit(1)
-}
+// console carries the facts the host parses.
+var console = guest.Console{Prefix: "QL-"}
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: queuelab powercut|fullfs|storm|bench")
+		console.Fail("usage: queuelab powercut|fullfs|storm|bench")
 	}
 	switch os.Args[1] {
 	case "nop":
@@ -78,7 +68,7 @@ func main() {
 		n, _ := strconv.Atoi(os.Args[3])
 		bench(n)
 	default:
-		fail("unknown mode %q", os.Args[1])
+		console.Fail("unknown mode %q", os.Args[1])
 	}
 }
 
@@ -103,18 +93,18 @@ func mountFS(fs string) {
 			err = syscall.Mount("ubi0:queue", mnt, "ubifs", 0, "")
 		}
 	default:
-		fail("unknown filesystem %q", fs)
+		console.Fail("unknown filesystem %q", fs)
 	}
 	if err != nil {
-		fail("mount %s: %v", fs, err)
+		console.Fail("mount %s: %v", fs, err)
 	}
 	if _, err := os.Stat(qdir); err != nil {
 		if err := os.Mkdir(qdir, 0o700); err != nil {
-			fail("mkdir: %v", err)
+			console.Fail("mkdir: %v", err)
 		}
 		syncDir(mnt)
 	}
-	say("MOUNTED %s", fs)
+	console.Say("MOUNTED %s", fs)
 }
 
 // ubiVolume makes the UBI volume "queue" on ubi0 (attached by the kernel
@@ -157,7 +147,7 @@ func ubiVolume() error {
 	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), iocMkvol, uintptr(unsafe.Pointer(&req))); e != 0 {
 		return fmt.Errorf("UBI_IOCMKVOL: %v", e)
 	}
-	say("UBI volume of %d bytes made", req.Bytes)
+	console.Say("UBI volume of %d bytes made", req.Bytes)
 	return nil
 }
 
@@ -190,17 +180,17 @@ const (
 func powercut() {
 	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, MaxEntries: pcMaxEntries, MaxBytes: pcMaxBytes})
 	if err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	rec, err := q.Recover(bootID())
 	if err != nil {
-		fail("recover: %v", err)
+		console.Fail("recover: %v", err)
 	}
 	for _, t := range rec.TempsRemoved {
-		say("TEMP-REMOVED %s", t)
+		console.Say("TEMP-REMOVED %s", t)
 	}
 	for _, p := range rec.Promoted {
-		say("PROMOTED %s %s", p[0], p[1])
+		console.Say("PROMOTED %s %s", p[0], p[1])
 	}
 	for _, c := range rec.Quarantined {
 		b, _ := os.ReadFile(filepath.Join(qdir, queue.QuarantineDir, c.Name))
@@ -208,23 +198,23 @@ func powercut() {
 		if len(head) > 16 {
 			head = head[:16]
 		}
-		say("CORRUPT %s %v (%d bytes: %x)", c.Name, c.Err, len(b), head)
+		console.Say("CORRUPT %s %v (%d bytes: %x)", c.Name, c.Err, len(b), head)
 	}
 	es, err := q.List()
 	if err != nil {
-		fail("list: %v", err)
+		console.Fail("list: %v", err)
 	}
 	var total int64
 	for _, e := range es {
 		b, err := q.Read(e.Name)
 		if err != nil {
-			say("CORRUPT %s %v", e.Name, err)
+			console.Say("CORRUPT %s %v", e.Name, err)
 			continue
 		}
 		total += int64(len(b))
-		say("ENTRY %s %s", e.Name, sum(b))
+		console.Say("ENTRY %s %s", e.Name, sum(b))
 	}
-	say("LISTED %d %d", len(es), total)
+	console.Say("LISTED %d %d", len(es), total)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	boot := bootID()
 	var wg sync.WaitGroup
@@ -237,21 +227,21 @@ func powercut() {
 			r := rand.New(rand.NewSource(seed))
 			for i := 0; ; i++ {
 				data := fakeReport(r)
-				say("PUTTING %s", sum(data))
+				console.Say("PUTTING %s", sum(data))
 				res, err := q.Put(data, boot)
 				if err != nil {
-					say("PUT-ERROR %v", err)
+					console.Say("PUT-ERROR %v", err)
 					time.Sleep(100 * time.Millisecond)
 					continue
 				}
 				for _, e := range res.Evicted {
-					say("EVICTED %s", e)
+					console.Say("EVICTED %s", e)
 				}
-				say("STORED %s %s", res.Name, sum(data))
+				console.Say("STORED %s %s", res.Name, sum(data))
 			}
 		}()
 	}
-	say("WRITING")
+	console.Say("WRITING")
 	wg.Wait()
 }
 
@@ -293,34 +283,12 @@ func waitHandlers() {
 			return
 		}
 	}
-	fail("handlers still running after 120 s")
+	console.Fail("handlers still running after 120 s")
 }
 
 // kmsgHandlerLines returns the handler's log records so far.
 func kmsgHandlerLines() []string {
-	// Raw syscalls: an *os.File opened O_NONBLOCK goes through Go's
-	// poller, whose Read waits for more instead of returning EAGAIN.
-	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var out []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err == syscall.EPIPE {
-			continue // records overwritten meanwhile
-		}
-		if err != nil || n <= 0 {
-			break
-		}
-		rec := string(buf[:n])
-		if i := strings.IndexByte(rec, ';'); i >= 0 && strings.Contains(rec, "unwound-handler") {
-			out = append(out, strings.TrimSpace(rec[i+1:]))
-		}
-	}
-	return out
+	return guest.KmsgRecords(func(rec string) bool { return strings.Contains(rec, "unwound-handler") })
 }
 
 func entryNames() (entries, temps []string) {
@@ -329,7 +297,7 @@ func entryNames() (entries, temps []string) {
 		switch {
 		case strings.HasPrefix(d.Name(), ".tmp-"):
 			temps = append(temps, d.Name())
-		case strings.HasSuffix(d.Name(), queue.Suffix):
+		case strings.HasSuffix(d.Name(), report.Suffix):
 			entries = append(entries, d.Name())
 		}
 	}
@@ -342,7 +310,7 @@ func fullFS() {
 	filler := filepath.Join(mnt, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	chunk := make([]byte, 64<<10)
 	var n int64
@@ -363,23 +331,23 @@ func fullFS() {
 	f.Close()
 	var st syscall.Statfs_t
 	syscall.Statfs(mnt, &st)
-	say("FILLED %d bytes, %d blocks free", n, st.Bfree)
+	console.Say("FILLED %d bytes, %d blocks free", n, st.Bfree)
 	kmsgHandlerLines() // skip what is there
 	crashOnce("/bin/svc0")
 	waitHandlers()
 	ents, temps := entryNames()
-	say("FULL entries=%d temps=%d", len(ents), len(temps))
+	console.Say("FULL entries=%d temps=%d", len(ents), len(temps))
 	for _, l := range kmsgHandlerLines() {
-		say("LOG %s", l)
+		console.Say("LOG %s", l)
 	}
 	os.Remove(filler)
 	syncDir(mnt)
 	crashOnce("/bin/svc1")
 	waitHandlers()
 	ents, temps = entryNames()
-	say("FREED entries=%d temps=%d", len(ents), len(temps))
+	console.Say("FREED entries=%d temps=%d", len(ents), len(temps))
 	for _, l := range kmsgHandlerLines() {
-		say("LOG %s", l)
+		console.Say("LOG %s", l)
 	}
 }
 
@@ -391,15 +359,15 @@ func storm(n int) {
 	const cp = "/proc/sys/kernel/core_pattern"
 	handler, err := os.ReadFile(cp)
 	if err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	if err := os.WriteFile(cp, []byte("|/bin/queuelab nop"), 0o644); err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	p50, p90, p99, _, _ := crashStorm(n)
-	say("BASELINE crashes=%d restart_ms_p50=%d p90=%d p99=%d", n, p50, p90, p99)
+	console.Say("BASELINE crashes=%d restart_ms_p50=%d p90=%d p99=%d", n, p50, p90, p99)
 	if err := os.WriteFile(cp, handler, 0o644); err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	stormCounts(n)
 }
@@ -469,7 +437,7 @@ func crashStorm(n int) (p50, p90, p99 int64, maxH int, minAvail int64) {
 	<-sampled
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	pct := func(p float64) int64 { return latencies[int(p*float64(len(latencies)-1))].Milliseconds() }
-	say("STORM crashes=%d seconds=%.2f restart_ms_p50=%d p90=%d p99=%d max=%d handlers_max=%d memavail_min_kib=%d",
+	console.Say("STORM crashes=%d seconds=%.2f restart_ms_p50=%d p90=%d p99=%d max=%d handlers_max=%d memavail_min_kib=%d",
 		len(latencies), elapsed.Seconds(), pct(0.5), pct(0.9), pct(0.99), pct(1), maxH, minAvail)
 	return pct(0.5), pct(0.9), pct(0.99), maxH, minAvail
 }
@@ -480,7 +448,7 @@ func stormCounts(n int) {
 	crashStorm(n)
 	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry})
 	if err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	es, _ := q.List()
 	dropped := map[string]int{}
@@ -488,11 +456,11 @@ func stormCounts(n int) {
 	for _, e := range es {
 		b, err := q.Read(e.Name)
 		if err != nil {
-			fail("read %s: %v", e.Name, err)
+			console.Fail("read %s: %v", e.Name, err)
 		}
 		r, err := decode.Report(b)
 		if r == nil {
-			fail("decode %s: %v", e.Name, err)
+			console.Fail("decode %s: %v", e.Name, err)
 		}
 		perExe[r.Exe]++
 		for k, v := range r.Dropped {
@@ -516,7 +484,7 @@ func stormCounts(n int) {
 		dr = append(dr, fmt.Sprintf("%s:%d", k, v))
 	}
 	sort.Strings(dr)
-	say("COUNTS stored=%d dropped=%d per_exe=%s drops=%s", len(es), total, strings.Join(pe, ","), strings.Join(dr, ","))
+	console.Say("COUNTS stored=%d dropped=%d per_exe=%s drops=%s", len(es), total, strings.Join(pe, ","), strings.Join(dr, ","))
 }
 
 func memAvailable() int64 {
@@ -556,7 +524,7 @@ func sectorsWritten(dev string) int64 {
 func bench(n int) {
 	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, MaxEntries: n + 1, MaxBytes: 1 << 30})
 	if err != nil {
-		fail("%v", err)
+		console.Fail("%v", err)
 	}
 	r := rand.New(rand.NewSource(1))
 	data := make([][]byte, n)
@@ -570,7 +538,7 @@ func bench(n int) {
 	s0, t0 := sectorsWritten("vda"), time.Now()
 	for _, d := range data {
 		if _, err := q.Put(d, boot); err != nil {
-			fail("put: %v", err)
+			console.Fail("put: %v", err)
 		}
 	}
 	syscall.Sync()
@@ -581,7 +549,7 @@ func bench(n int) {
 	for i, d := range data {
 		f, err := os.Create(filepath.Join(base, strconv.Itoa(i)))
 		if err != nil {
-			fail("%v", err)
+			console.Fail("%v", err)
 		}
 		f.Write(d)
 		f.Sync()
@@ -589,5 +557,5 @@ func bench(n int) {
 	}
 	syscall.Sync()
 	bs, bt := sectorsWritten("vda")-s0, time.Since(t0)
-	say("BENCH n=%d payload_bytes=%d queue_ns=%d queue_bytes=%d plain_ns=%d plain_bytes=%d", n, size, qt.Nanoseconds(), qs*512, bt.Nanoseconds(), bs*512)
+	console.Say("BENCH n=%d payload_bytes=%d queue_ns=%d queue_bytes=%d plain_ns=%d plain_bytes=%d", n, size, qt.Nanoseconds(), qs*512, bt.Nanoseconds(), bs*512)
 }

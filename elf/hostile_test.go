@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/elf"
+	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // A small ELF file builder for hostile headers: the ELF header, program
@@ -331,7 +332,7 @@ func TestHostileSections(t *testing.T) {
 				t.Fatalf("%s: %s: %v", c.name, tc.name, err)
 			}
 			var d []byte
-			n := allocated(func() { d, err = f.Sections[text].Data() })
+			n := testutil.Allocated(func() { d, err = f.Sections[text].Data() })
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("%s: %s: data %x, %v; want %q", c.name, tc.name, d, err, tc.msg)
 			}
@@ -358,7 +359,7 @@ func TestHostileSections(t *testing.T) {
 			{"name table is NOBITS", setSection(b, 4, sType, uint64(elf.SHT_NOBITS)), "section name table"},
 		} {
 			var err error
-			n := allocated(func() { _, err = parse(tc.b) })
+			n := testutil.Allocated(func() { _, err = parse(tc.b) })
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("%s: %s: %v, want %q", c.name, tc.name, err, tc.msg)
 				continue
@@ -449,7 +450,7 @@ func TestNamesBounded(t *testing.T) {
 		binary.LittleEndian.PutUint32(b[shoff+uint64(i*64):], 1) // sh_name of the long one
 	}
 	var err error
-	if a := allocated(func() { _, err = parse(b) }); a > 2*elf.MaxNameTable {
+	if a := testutil.Allocated(func() { _, err = parse(b) }); a > 2*elf.MaxNameTable {
 		t.Errorf("allocated %d bytes for %d names", a, n)
 	}
 	if fe := formatErrorAt(t, "600 long names", err); !strings.Contains(fe.Msg, "in all") {

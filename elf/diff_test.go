@@ -10,13 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/elf"
-	"github.com/unwound-dev/unwound/internal/fixture"
+	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 // The reader is checked against debug/elf, the reference, on real files:
@@ -34,7 +33,7 @@ func stdParse(b []byte) (f *stdelf.File, err error) {
 }
 
 // knownDifference says why the readers may disagree on b: the cases where
-// handler/elf is meant to differ from debug/elf. "" when they must agree.
+// unwound/elf is meant to differ from debug/elf. "" when they must agree.
 func knownDifference(b []byte, ours *elf.File) string {
 	if len(b) < 64 {
 		return ""
@@ -42,7 +41,7 @@ func knownDifference(b []byte, ours *elf.File) string {
 	if ours != nil {
 		for _, s := range ours.Sections {
 			if s.Flags&elf.SHF_COMPRESSED != 0 {
-				return "compressed section: debug/elf reads its header, handler/elf does not"
+				return "compressed section: debug/elf reads its header, unwound/elf does not"
 			}
 		}
 	}
@@ -64,21 +63,21 @@ func knownDifference(b []byte, ours *elf.File) string {
 	}
 	switch {
 	case phnum == elf.PN_XNUM:
-		return "PN_XNUM: handler/elf takes the count from section header 0"
+		return "PN_XNUM: unwound/elf takes the count from section header 0"
 	case shnum == 0 && shoff != 0:
-		return "extended section numbering: handler/elf limits the count"
+		return "extended section numbering: unwound/elf limits the count"
 	}
 	return ""
 }
 
-// compare checks handler/elf against debug/elf on one file.
+// compare checks unwound/elf against debug/elf on one file.
 func compare(t *testing.T, name string, b []byte) {
 	t.Helper()
 	ours, err := elf.NewFile(bytes.NewReader(b), int64(len(b)))
 	std, stdErr := stdParse(b)
 	if (err == nil) != (stdErr == nil) {
 		if why := knownDifference(b, ours); why == "" {
-			t.Errorf("%s: handler/elf: %v; debug/elf: %v", name, err, stdErr)
+			t.Errorf("%s: unwound/elf: %v; debug/elf: %v", name, err, stdErr)
 		}
 		return
 	}
@@ -266,7 +265,7 @@ func TestMatchesDebugELFBigEndian(t *testing.T) {
 // when debug/elf says so, and never a panic.
 func TestTruncated(t *testing.T) {
 	for _, n := range []string{"tiny.elf", "tiny-arm.elf"} {
-		b, err := os.ReadFile(filepath.Join("..", "module", "testdata", n))
+		b, err := os.ReadFile(filepath.Join("..", "handler", "module", "testdata", n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +293,7 @@ func dump(f *elf.File) string {
 }
 
 func TestStrings(t *testing.T) {
-	f, err := elf.Open(filepath.Join("..", "module", "testdata", "tiny-arm.elf"))
+	f, err := elf.Open(filepath.Join("..", "handler", "module", "testdata", "tiny-arm.elf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,13 +320,4 @@ func formatErrorAt(t *testing.T, what string, err error) *elf.FormatError {
 		t.Fatalf("%s: error %v (%T), want a *elf.FormatError", what, err, err)
 	}
 	return fe
-}
-
-// allocated runs f and returns the bytes it allocated.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
 }

@@ -1,4 +1,4 @@
-package serialup
+package serialport
 
 import (
 	"fmt"

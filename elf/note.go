@@ -69,14 +69,22 @@ func (f *File) buildID(off, size uint64) []byte {
 	if err != nil {
 		return nil
 	}
+	return NoteBuildID(b, f.ByteOrder)
+}
+
+// NoteBuildID returns a copy of the descriptor of the first NT_GNU_BUILD_ID
+// note among the notes in b; nil when there is none or a malformed note
+// comes first.
+func NoteBuildID(b []byte, order binary.ByteOrder) []byte {
 	for next := 0; len(b)-next >= 12; {
-		var n Note
-		if n, next, err = ParseNote(b, next, f.ByteOrder); err != nil {
+		n, nx, err := ParseNote(b, next, order)
+		if err != nil {
 			return nil
 		}
 		if n.Type == NT_GNU_BUILD_ID && n.Name == "GNU" && len(n.Desc) > 0 {
 			return append([]byte(nil), n.Desc...)
 		}
+		next = nx
 	}
 	return nil
 }

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/internal/fixture"
 	"github.com/unwound-dev/unwound/qemu"
 	"github.com/unwound-dev/unwound/qemu/guest"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 	"golang.org/x/sys/unix"
 )
 

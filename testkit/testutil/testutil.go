@@ -69,7 +69,7 @@ func Stage(t testing.TB, dir string, rng *rand.Rand, first, n, frames int) map[s
 	out := map[string][]byte{}
 	for i := 0; i < n; i++ {
 		id, b := Report(rng, fmt.Sprintf("prog%d", i), frames)
-		name := fmt.Sprintf("%010d-0123abcd%s", first+i, queue.Suffix)
+		name := fmt.Sprintf("%010d-0123abcd%s", first+i, report.Suffix)
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func Entries(t testing.TB, dir string) []string {
 	}
 	var names []string
 	for _, de := range des {
-		if strings.HasSuffix(de.Name(), queue.Suffix) && !strings.HasPrefix(de.Name(), ".") {
+		if strings.HasSuffix(de.Name(), report.Suffix) && !strings.HasPrefix(de.Name(), ".") {
 			names = append(names, de.Name())
 		}
 	}
@@ -101,7 +101,7 @@ func Received(t testing.TB, dir string, want map[string][]byte) {
 		t.Fatalf("%s holds %d reports, want %d: %v", dir, len(got), len(want), got)
 	}
 	for id, b := range want {
-		g, err := os.ReadFile(filepath.Join(dir, id+queue.Suffix))
+		g, err := os.ReadFile(filepath.Join(dir, id+report.Suffix))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -357,6 +357,10 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				mark = time.Now()
 				continue
 			}
+			// The offer loop above reads replies alike, but it stops at
+			// the first ack while this one drives the window (acks
+			// advance it, naks resend, timeouts back off): one shared
+			// reader would need a flag for every case, so two stay.
 			if err != nil {
 				return 0, err
 			}
