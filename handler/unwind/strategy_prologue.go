@@ -133,6 +133,13 @@ func (prologueStrategy) lostRA(u *unwinder, f *frame) error {
 	if f.cur.exact || f.cur.spApprox || a.LR < 0 || a.Prologue == nil {
 		return nil
 	}
+	ra := f.cur.pc
+	if f.cur.thumb {
+		ra |= 1
+	}
+	if _, err := u.callSite(ra, f.cur, false); err != nil {
+		return nil // not a return address: a rule, not a call, gave the PC
+	}
 	b := f.m.Bias()
 	pc := f.cur.pc - b
 	start, ok := u.funcStart(f.m.File, lookupPC(f.cur)-b)
