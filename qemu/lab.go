@@ -370,6 +370,11 @@ count = 0
 	}
 	say("booting %s (%s) with %d crashes", l.KernelArch, res.Kernel, n)
 	m := &Machine{Arch: l.KernelArch, Kernel: kimg, Initramfs: r, Memory: "512M", Timeout: timeout, Dir: work}
+	if l.Mode == ModePidfd || l.Mode == ModeSocket {
+		// The handler's line per crash is at info level ("… live mode
+		// (pidfd) …"): on the console, it tells how each crash came.
+		m.Append = "loglevel=7"
+	}
 	mres, err := m.Run(ctx)
 	if mres != nil {
 		res.Console, res.Duration = mres.Console, mres.Duration

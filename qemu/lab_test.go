@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -246,25 +247,28 @@ func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 }
 
 // checkMode checks that the crashes reached the handler the way l.Mode
-// says. With the pidfd the handler logs (kernel log, on the console) only
-// when it cannot use the fd: such a line fails the test. In the socket
-// mode the guest waited for the server's socket before setting the
-// pattern, and every report came through it (core_pattern held nothing
-// else).
+// says. In the pidfd and socket modes the guest's console shows the
+// kernel log at info level, where the handler logs one line per crash;
+// it must say "(pidfd)" for every crash: /proc/<pid> was checked through
+// the pidfd %F or SO_PEERPIDFD gave. In the socket mode the guest also
+// waited for the server's socket before it set the pattern.
 func checkMode(t *testing.T, l *Lab, res *LabResult) {
-	switch l.Mode {
-	case ModePidfd:
-		if !strings.Contains(res.Console, "--pidfd=%F") {
-			t.Errorf("the console shows no core_pattern line with --pidfd=%%F")
-		}
-		for _, line := range strings.Split(res.Console, "\n") {
-			if strings.Contains(line, "--pidfd") && strings.Contains(line, "by number only") ||
-				strings.Contains(line, "no longer the crashed process") {
-				t.Errorf("pidfd not used: %s", line)
-			}
-		}
+	if l.Mode != ModePidfd && l.Mode != ModeSocket {
+		return
+	}
+	if l.Mode == ModePidfd && !strings.Contains(res.Console, "--pidfd=%F") {
+		t.Errorf("the console shows no core_pattern line with --pidfd=%%F")
+	}
+	via := map[int]string{}
+	line := regexp.MustCompile(`unwound-handler\[\d+\]: pid (\d+) \(.*, (\w+) mode( \(pidfd\))?, frozen`)
+	for _, m := range line.FindAllStringSubmatch(res.Console, -1) {
+		pid, _ := strconv.Atoi(m[1])
+		via[pid] = m[2] + m[3]
 	}
 	for _, c := range res.Crashes {
+		if v := via[c.Report.PID]; v != "live (pidfd)" {
+			t.Errorf("pid %d (%s/%s): the handler's line says %q, want \"live (pidfd)\"", c.Report.PID, c.Variant, c.Scenario, v)
+		}
 		for _, e := range c.Report.Errors {
 			if strings.Contains(e, "no longer the crashed process") {
 				t.Errorf("pid %d: %s", c.Report.PID, e)
