@@ -3,8 +3,10 @@ package qemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -27,12 +29,52 @@ type Lab struct {
 	// Debian boots Debian's packaged kernel instead of the minimal one,
 	// loading the virtio console modules from the initramfs.
 	Debian bool
+	// Series is the minimal kernel's source: "" for the host's
+	// linux-source-6.1, "7" for Debian unstable's newest linux-source-7.x
+	// (KernelSeries).
+	Series string
+	// Mode is how a crash reaches the handler: ModePipe when empty.
+	Mode string
 	// Cases are the crashes, in order; Matrix(nil, nil) (every scenario
 	// of fixture.Variants) when empty.
 	Cases    []Case
 	Dir      string // work directory: cores/, reports/, root/ (the host mirror)
 	Timeout  time.Duration
 	Progress func(format string, args ...any)
+}
+
+// The lab's kernel modes (docs/kernel-modes.md).
+const (
+	// ModePipe is the handler's own --core-pattern line, by pid.
+	ModePipe = "pipe"
+	// ModePidfd adds --pidfd=%F to that line (Linux 6.16+): the kernel
+	// gives the handler a pidfd of the crashed process as fd 3.
+	ModePidfd = "pidfd"
+	// ModeSocket starts the handler's coredump socket server in the
+	// guest (--serve-coredump-socket SocketPath) before the crashes and
+	// sets core_pattern to "@@" SocketPath (Linux 6.17+).
+	ModeSocket = "socket"
+)
+
+// SocketPath is where the lab's guest runs the coredump socket server.
+const SocketPath = "/run/unwound/coredump.sock"
+
+// ErrNoSocketServer is Run's error in ModeSocket when this tree's
+// unwound-handler has no --serve-coredump-socket.
+var ErrNoSocketServer = errors.New("unwound-handler has no --serve-coredump-socket (issue 28, part 2): the @@ mode is not run")
+
+// SocketServerSupported reports whether this tree's unwound-handler has
+// the --serve-coredump-socket flag, from its --help on this host (built
+// into dir).
+func SocketServerSupported(dir string) (bool, error) {
+	bin := filepath.Join(dir, "unwound-handler-host")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound-handler").CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("go build unwound-handler: %v\n%s", err, out)
+	}
+	// --help exits non-zero with the flag package's usage on stderr.
+	out, _ = exec.Command(bin, "--help").CombinedOutput()
+	return strings.Contains(string(out), "serve-coredump-socket"), nil
 }
 
 // Case is a build variant of testdata/crash/build.sh and the scenarios to
@@ -178,6 +220,17 @@ func (l *Lab) Run(ctx context.Context) (*LabResult, error) {
 		cases = Matrix(nil, nil)
 	}
 	work := l.Dir
+	if l.Mode == ModeSocket {
+		// Before the kernel and the fixtures: a tree without the
+		// server skips at once.
+		ok, err := SocketServerSupported(work)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, ErrNoSocketServer
+		}
+	}
 	res := &LabResult{HostRoot: filepath.Join(work, "root")}
 	r := NewInitramfs()
 	var modules []string
@@ -193,8 +246,12 @@ func (l *Lab) Run(ctx context.Context) (*LabResult, error) {
 		}
 		res.Kernel, kimg = k.Package, k.Image
 	} else {
-		say("kernel: minimal %s (kernel/build.sh, cached)", l.KernelArch)
-		k, err := Kernel(l.KernelArch)
+		src := "linux-source-6.1"
+		if l.Series != "" {
+			src = "Debian unstable's linux-source-" + l.Series + ".x"
+		}
+		say("kernel: minimal %s from %s (kernel/build.sh, cached)", l.KernelArch, src)
+		k, err := KernelSeries(l.KernelArch, l.Series)
 		if err != nil {
 			return nil, err
 		}
@@ -235,8 +292,25 @@ count = 0
 	}
 	plan := guest.Plan{Modules: modules, Steps: []guest.Step{
 		{Mkdir: "/var/lib/unwound/queue"}, {Mkdir: "/var/lib/unwound/cores"},
-		{CorePattern: []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml", "--core-pattern"}},
 	}}
+	cfg := []string{"/bin/unwound-handler", "--config", "/etc/unwound/unwound.toml"}
+	switch l.Mode {
+	case "", ModePipe:
+		plan.Steps = append(plan.Steps, guest.Step{CorePattern: append(cfg, "--core-pattern")})
+	case ModePidfd:
+		// "on", not "auto": the lab is there to see %F used.
+		plan.Steps = append(plan.Steps, guest.Step{CorePattern: append(cfg, "--pidfd", "on", "--core-pattern")})
+	case ModeSocket:
+		// The server listens before core_pattern names its socket: a
+		// crash never finds the pattern set and nobody listening.
+		plan.Steps = append(plan.Steps,
+			guest.Step{Mkdir: filepath.Dir(SocketPath)},
+			guest.Step{Start: append(cfg, "--serve-coredump-socket", SocketPath)},
+			guest.Step{WaitFiles: SocketPath, Count: 1},
+			guest.Step{Write: "/proc/sys/kernel/core_pattern", Data: "@@" + SocketPath})
+	default:
+		return nil, fmt.Errorf("lab: unknown mode %q", l.Mode)
+	}
 	n, addedMusl := 0, false
 	type run struct{ variant, prog, scenario string }
 	var runs []run
@@ -296,6 +370,11 @@ count = 0
 	}
 	say("booting %s (%s) with %d crashes", l.KernelArch, res.Kernel, n)
 	m := &Machine{Arch: l.KernelArch, Kernel: kimg, Initramfs: r, Memory: "512M", Timeout: timeout, Dir: work}
+	if l.Mode == ModePidfd || l.Mode == ModeSocket {
+		// The handler's line per crash is at info level ("… live mode
+		// (pidfd) …"): on the console, it tells how each crash came.
+		m.Append = "loglevel=7"
+	}
 	mres, err := m.Run(ctx)
 	if mres != nil {
 		res.Console, res.Duration = mres.Console, mres.Duration

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,6 +120,56 @@ func TestLabDebian(t *testing.T) {
 	}
 }
 
+// TestLabKernel7 runs the lab's scenarios on a minimal Linux 7.x kernel,
+// built like the 6.1 ones from Debian unstable's newest linux-source-7.x
+// (kernel/build.sh with UNWOUND_KERNEL=7), in the kernel modes issue 28
+// adds: pipe with --pidfd=%F, and the @@ coredump socket. make test runs
+// aarch64 with the base variants; UNWOUND_LAB_KERNEL7=all runs every
+// architecture with the lab's whole matrix (DefaultCases), =off skips it.
+//
+// UNWOUND_LAB_MODES (comma-separated: pidfd, socket, pipe) picks the
+// modes; labModes7 when unset. The socket mode needs the handler's
+// --serve-coredump-socket and skips, saying so, without it.
+func TestLabKernel7(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU guests")
+	}
+	if os.Getenv("UNWOUND_LAB_KERNEL7") == "off" {
+		// The first run builds one more kernel (docs/qemu-lab.md).
+		t.Skip("UNWOUND_LAB_KERNEL7=off")
+	}
+	all := os.Getenv("UNWOUND_LAB_KERNEL7") == "all"
+	arches := []string{"aarch64"}
+	if all {
+		arches = Arches
+	}
+	modes := os.Getenv("UNWOUND_LAB_MODES")
+	if modes == "" {
+		modes = labModes7
+	}
+	for _, arch := range arches {
+		arch := arch
+		for _, mode := range strings.Split(modes, ",") {
+			mode := mode
+			t.Run(arch+"/"+mode, func(t *testing.T) {
+				cases := Matrix(nil, nil)
+				if all {
+					cases = DefaultCases(arch)
+				}
+				l := &Lab{KernelArch: arch, Series: "7", Mode: mode, Cases: cases}
+				rows := labTest(t, l)
+				if len(rows) > 0 {
+					labFamilyGate(t, rows)
+				}
+			})
+		}
+	}
+}
+
+// labModes7 are TestLabKernel7's modes by default. Add "socket" once
+// unwound-handler has --serve-coredump-socket (issue 28, part 2).
+const labModes7 = "pidfd"
+
 // labTest runs one guest and checks its crashes; it returns the figures
 // of those counted (the matrix's variants, issue 25's shapes) by
 // arch/variant.
@@ -132,6 +183,9 @@ func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 		// Keep the guest's files (cores, reports, the host mirror) to
 		// look at a failure by hand.
 		l.Dir = filepath.Join(d, fmt.Sprintf("%s-%s-debian=%v", l.KernelArch, arch, l.Debian))
+		if l.Series != "" || l.Mode != "" {
+			l.Dir += fmt.Sprintf("-linux%s-%s", l.Series, l.Mode)
+		}
 		os.RemoveAll(l.Dir)
 		os.MkdirAll(l.Dir, 0o755)
 	}
@@ -144,9 +198,13 @@ func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 	}
 	rows := map[string]*fixture.Figures{}
 	res, err := l.Run(context.Background())
+	if errors.Is(err, ErrNoSocketServer) {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkMode(t, l, res)
 	t.Logf("%s on %s: %d crashes, boot to exit %v", arch, res.Kernel, len(res.Crashes), res.Duration.Round(time.Millisecond))
 	if os.Getenv("UNWOUND_LAB_KEEP") != "" {
 		// Which crash each kept core is, for measuring them again
@@ -190,6 +248,37 @@ func labTest(t *testing.T, l *Lab) map[string]*fixture.Figures {
 	}
 	t.Logf("%s: gdb comparisons %v", arch, time.Since(start).Round(time.Millisecond))
 	return rows
+}
+
+// checkMode checks that the crashes reached the handler the way l.Mode
+// says. In the pidfd and socket modes the guest's console shows the
+// kernel log at info level, where the handler logs one line per crash;
+// it must say "(pidfd)" for every crash: /proc/<pid> was checked through
+// the pidfd %F or SO_PEERPIDFD gave. In the socket mode the guest also
+// waited for the server's socket before it set the pattern.
+func checkMode(t *testing.T, l *Lab, res *LabResult) {
+	if l.Mode != ModePidfd && l.Mode != ModeSocket {
+		return
+	}
+	if l.Mode == ModePidfd && !strings.Contains(res.Console, "--pidfd=%F") {
+		t.Errorf("the console shows no core_pattern line with --pidfd=%%F")
+	}
+	via := map[int]string{}
+	line := regexp.MustCompile(`unwound-handler\[\d+\]: pid (\d+) \(.*, (\w+) mode( \(pidfd\))?, frozen`)
+	for _, m := range line.FindAllStringSubmatch(res.Console, -1) {
+		pid, _ := strconv.Atoi(m[1])
+		via[pid] = m[2] + m[3]
+	}
+	for _, c := range res.Crashes {
+		if v := via[c.Report.PID]; v != "live (pidfd)" {
+			t.Errorf("pid %d (%s/%s): the handler's line says %q, want \"live (pidfd)\"", c.Report.PID, c.Variant, c.Scenario, v)
+		}
+		for _, e := range c.Report.Errors {
+			if strings.Contains(e, "no longer the crashed process") {
+				t.Errorf("pid %d: %s", c.Report.PID, e)
+			}
+		}
+	}
 }
 
 // checkCrash compares one crash's live report, and the offline unwind of

@@ -35,10 +35,20 @@ func GoArch(arch string) (goarch, goarm string) {
 
 // Kernel builds (or finds in the cache) the minimal kernel for arch and
 // returns its image path.
-func Kernel(arch string) (string, error) {
+func Kernel(arch string) (string, error) { return KernelSeries(arch, "") }
+
+// KernelSeries is Kernel from another source: "" is the host's
+// linux-source-6.1, "7" the newest linux-source-7.x of Debian's unstable
+// suite (kernel/build.sh with UNWOUND_KERNEL=7; the first call fetches
+// about 160 MB into the cache).
+func KernelSeries(arch, series string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(file), "kernel", "build.sh")
 	cmd := exec.Command(script, arch)
+	cmd.Env = os.Environ()
+	if series != "" {
+		cmd.Env = append(cmd.Env, "UNWOUND_KERNEL="+series)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -40,6 +40,10 @@ type Step struct {
 	// error unless MustSucceed.
 	Run         []string `json:"run,omitempty"`
 	MustSucceed bool     `json:"must_succeed,omitempty"`
+	// Start starts a command in the background (a server the crashes
+	// need, such as the coredump socket server) and goes on; its output
+	// goes to the console. It is not stopped before the guest powers off.
+	Start []string `json:"start,omitempty"`
 	// CorePattern sets core_pattern to the output of this command (the
 	// handler's --core-pattern).
 	CorePattern []string `json:"core_pattern,omitempty"`

@@ -6,11 +6,17 @@
 #
 #   qemu/kernel/build.sh ARCH [EXTRA.fragment...]    ARCH: aarch64 arm riscv64 x86_64
 #
+# UNWOUND_KERNEL=7 builds from the newest linux-source-7.x of Debian's
+# unstable suite instead, fetched by source.sh into the cache (never
+# installed on the host): the same fragments, with the option names
+# fragments/7.renames lists changed, plus fragments/7.fragment. Unset (or
+# 6.1) is the host's linux-source-6.1, with the cache keys as before.
+#
 # Prints the path of the kernel image on stdout (logs go to stderr and to
 # build.log beside the image). Output is cached in
 #   ${UNWOUND_CACHE:-$HOME/.cache/unwound}/kernels/<arch>-<key>/{Image,zImage,bzImage}
-# where <key> hashes the source package version, the fragments and the
-# compilers' versions. Builds are serialised machine-wide with a lock (kernel
+# (<arch>-k7-<key> for UNWOUND_KERNEL=7) where <key> hashes the source
+# package version, the fragments and the compilers' versions. Builds are serialised machine-wide with a lock (kernel
 # builds use every core). Installs the Debian packages it needs when run as root.
 set -eu
 
@@ -19,6 +25,13 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
 jobs=${UNWOUND_KERNEL_JOBS:-2}
+
+series=${UNWOUND_KERNEL:-6.1}
+case $series in
+6.1) srcpkg=linux-source-6.1 ;;
+7) srcpkg= ;;
+*) echo "build.sh: UNWOUND_KERNEL=$series: 6.1 or 7" >&2; exit 2 ;;
+esac
 
 log() { echo "kernel/$arch: $*" >&2; }
 
@@ -34,7 +47,7 @@ x86_64)
 esac
 
 need=""
-for p in linux-source-6.1 gcc make bc bison flex libelf-dev libssl-dev xz-utils $pkgs; do
+for p in $srcpkg gcc make bc bison flex libelf-dev libssl-dev xz-utils $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -55,12 +68,34 @@ for f in "$@"; do
 	frags="$frags $(cd "$(dirname "$f")" && pwd)/$(basename "$f")"
 done
 
-srcver=$(dpkg-query -W -f '${Version}' linux-source-6.1)
+# fragtext prints the fragments as merged: for 7.x with the renamed
+# options of fragments/7.renames ("OLD NEW" lines) and 7.fragment last.
+renames=
+if [ "$series" != 6.1 ]; then
+	frags="$frags $here/fragments/$series.fragment"
+	renames=$(sed -n 's/^\(CONFIG_[A-Za-z0-9_]*\)[[:space:]][[:space:]]*\(CONFIG_[A-Za-z0-9_]*\).*/s|^\1=|\2=|/p' "$here/fragments/$series.renames")
+fi
+# shellcheck disable=SC2086
+fragtext() { if [ -n "$renames" ]; then cat $frags | sed "$renames"; else cat $frags; fi; }
+
+if [ "$series" = 6.1 ]; then
+	srcver=$(dpkg-query -W -f '${Version}' linux-source-6.1)
+	src=$cache/src/linux-source-6.1-$srcver
+	keysrc=$srcver
+	outname=$arch
+else
+	got=$("$here/source.sh" "$series")
+	srcver=$(echo "$got" | sed -n 1p)
+	src=$(echo "$got" | sed -n 2p)
+	[ -f "$src/.unwound-extracted" ] || { echo "build.sh: source.sh gave no tree" >&2; exit 1; }
+	keysrc="$(basename "$src") $srcver"
+	outname=$arch-k$series
+fi
 ccver=$( { "${cross}gcc" --version | head -n 1; [ "$arch" != aarch64 ] || arm-linux-gnueabihf-gcc --version | head -n 1; } )
 # recipe=N: bump when this script changes what it builds.
 # shellcheck disable=SC2086
-key=$( { echo "recipe=1 arch=$arch src=$srcver"; echo "$ccver"; cat $frags; } | sha256sum | cut -c1-16)
-out=$cache/kernels/$arch-$key
+key=$( { echo "recipe=1 arch=$arch src=$keysrc"; echo "$ccver"; fragtext; } | sha256sum | cut -c1-16)
+out=$cache/kernels/$outname-$key
 kimg=$out/$(basename "$image")
 
 if [ -s "$kimg" ]; then
@@ -77,8 +112,7 @@ if [ -s "$kimg" ]; then # built by someone else while we waited
 	exit 0
 fi
 
-src=$cache/src/linux-source-6.1-$srcver
-if [ ! -f "$src/.unwound-extracted" ]; then
+if [ "$series" = 6.1 ] && [ ! -f "$src/.unwound-extracted" ]; then
 	log "extracting /usr/src/linux-source-6.1.tar.xz"
 	rm -rf "$src" "$src.tmp"
 	mkdir -p "$src.tmp"
@@ -87,9 +121,14 @@ if [ ! -f "$src/.unwound-extracted" ]; then
 	mv "$src.tmp" "$src"
 fi
 
-build=$cache/kbuild/$arch-$key
+build=$cache/kbuild/$outname-$key
 rm -rf "$build"
 mkdir -p "$build"
+if [ -n "$renames" ]; then
+	# merge_config.sh reads files: the renamed fragments, in order.
+	fragtext >"$build/fragments.config"
+	frags=$build/fragments.config
+fi
 start=$(date +%s)
 # CONFIG_COMPAT_VDSO (the 32-bit vDSO for armhf programs) needs an arm compiler.
 compat=

@@ -132,6 +132,20 @@ func step(s guest.Step, port *os.File) error {
 		}
 		fmt.Printf("guestinit: core_pattern %s", out)
 		return os.WriteFile("/proc/sys/kernel/core_pattern", out, 0o644)
+	case len(s.Start) > 0:
+		cmd := exec.Command(s.Start[0], s.Start[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/bin:/usr/bin"}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		fmt.Printf("guestinit: started %s (pid %d)\n", strings.Join(s.Start, " "), cmd.Process.Pid)
+		go func() { // a server that ends early says so on the console
+			err := cmd.Wait()
+			fmt.Printf("guestinit: %s ended: %v %v\n", s.Start[0], cmd.ProcessState, err)
+		}()
+		return nil
 	case len(s.Run) > 0:
 		cmd := exec.Command(s.Run[0], s.Run[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout

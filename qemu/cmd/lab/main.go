@@ -35,6 +35,8 @@ func main() {
 	debian := flag.Bool("debian", false, "boot Debian's packaged kernel (arm64, armmp, amd64) instead of the minimal one")
 	variants := flag.String("variant", "", "comma-separated build variants of testdata/crash/build.sh, e.g. O2-dynamic,O0-static-marm-notables (default: the lab's matrix, qemu.DefaultCases)")
 	scenarios := flag.String("scenario", "", "comma-separated scenarios of crash.c, throw for crashxx (default: the lab's matrix; all with --variant)")
+	series := flag.String("kernel", "", "the minimal kernel's source: empty for linux-source-6.1, 7 for Debian unstable's newest linux-source-7.x")
+	mode := flag.String("mode", qemu.ModePipe, "how crashes reach the handler: pipe, pidfd (--pidfd=%F, Linux 6.16+) or socket (@@ and --serve-coredump-socket, 6.17+)")
 	out := flag.String("out", "", "output directory (required; emptied first)")
 	copyLibs := flag.Bool("copy-sysroot", false, "copy the target libraries into OUT/root/lib instead of linking to the cross sysroot")
 	timeout := flag.Duration("timeout", 15*time.Minute, "guest time limit")
@@ -47,7 +49,7 @@ func main() {
 	if *karch == "" {
 		*karch = *arch
 	}
-	l := &qemu.Lab{KernelArch: *karch, Arch: *arch, Debian: *debian, Timeout: *timeout,
+	l := &qemu.Lab{KernelArch: *karch, Arch: *arch, Debian: *debian, Series: *series, Mode: *mode, Timeout: *timeout,
 		Cases:    qemu.DefaultCases(*arch),
 		Progress: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "lab: "+f+"\n", a...) }}
 	if *variants != "" || *scenarios != "" {
