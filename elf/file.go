@@ -149,28 +149,59 @@ func (f *File) Close() error {
 // and keeps r for Data. Counts and offsets are checked against size before
 // anything is read or allocated.
 func NewFile(r io.ReaderAt, size int64) (*File, error) {
+	f := &File{r: r, size: size}
+	h, err := f.readHeader()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.extended(&h); err != nil {
+		return nil, err
+	}
+	if err := f.readProgs(&h); err != nil {
+		return nil, err
+	}
+	if err := f.readSections(&h); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// header is what NewFile keeps of the ELF header for the tables: where
+// they are, their counts and entry sizes (and the sizes this reader
+// decodes), and the file offset of e_flags, for errors.
+type header struct {
+	phoff, shoff               uint64
+	phentsize, phnum           int
+	shentsize, shnum, shstrndx int
+	hoff                       uint64
+	wantPh, wantSh             int
+}
+
+// readHeader reads and checks the ELF header.
+func (f *File) readHeader() (header, error) {
+	var h header
+	size := f.size
 	if size < 0 {
-		return nil, errAt(0, "negative file size %d", size)
+		return h, errAt(0, "negative file size %d", size)
 	}
 	var hb [64]byte
 	n := len(hb)
 	if size < int64(n) {
 		n = int(size)
 	}
-	f := &File{r: r, size: size}
 	if err := f.readAt(hb[:n], 0); err != nil {
-		return nil, err
+		return h, err
 	}
 	b := hb[:n]
 	if len(b) < EI_NIDENT {
-		return nil, errAt(0, "file of %d bytes", size)
+		return h, errAt(0, "file of %d bytes", size)
 	}
 	if string(b[:4]) != ELFMAG {
-		return nil, errAt(0, "bad magic number (not an ELF file)")
+		return h, errAt(0, "bad magic number (not an ELF file)")
 	}
 	f.Class = Class(b[EI_CLASS])
 	if f.Class != ELFCLASS32 && f.Class != ELFCLASS64 {
-		return nil, errAt(EI_CLASS, "unknown ELF class %d", b[EI_CLASS])
+		return h, errAt(EI_CLASS, "unknown ELF class %d", b[EI_CLASS])
 	}
 	f.Data = Data(b[EI_DATA])
 	switch f.Data {
@@ -179,162 +210,177 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	case ELFDATA2MSB:
 		f.ByteOrder = binary.BigEndian
 	default:
-		return nil, errAt(EI_DATA, "unknown ELF data encoding %d", b[EI_DATA])
+		return h, errAt(EI_DATA, "unknown ELF data encoding %d", b[EI_DATA])
 	}
 	f.Version = b[EI_VERSION]
 	if f.Version != EV_CURRENT {
-		return nil, errAt(EI_VERSION, "unknown ELF version %d", f.Version)
+		return h, errAt(EI_VERSION, "unknown ELF version %d", f.Version)
 	}
 	f.OSABI, f.ABIVersion = b[EI_OSABI], b[EI_ABIVERSION]
 	ehsize, wantPh, wantSh := f.Class.sizes()
+	h.wantPh, h.wantSh = wantPh, wantSh
 	if len(b) < ehsize {
-		return nil, errAt(0, "%s header of %d bytes in a file of %d", f.Class, ehsize, size)
+		return h, errAt(0, "%s header of %d bytes in a file of %d", f.Class, ehsize, size)
 	}
 	o := f.ByteOrder
 	f.Type, f.Machine = Type(o.Uint16(b[16:])), Machine(o.Uint16(b[18:]))
 	var version uint32
-	var phoff, shoff uint64
-	var h []byte // e_flags onwards
+	var e []byte // e_flags onwards
 	wordSize := 4
 	if f.Class == ELFCLASS64 {
 		wordSize = 8
-		version, f.Entry, phoff, shoff = o.Uint32(b[20:]), o.Uint64(b[24:]), o.Uint64(b[32:]), o.Uint64(b[40:])
-		h = b[48:]
+		version, f.Entry, h.phoff, h.shoff = o.Uint32(b[20:]), o.Uint64(b[24:]), o.Uint64(b[32:]), o.Uint64(b[40:])
+		e = b[48:]
 	} else {
-		version, f.Entry, phoff, shoff = o.Uint32(b[20:]), uint64(o.Uint32(b[24:])), uint64(o.Uint32(b[28:])), uint64(o.Uint32(b[32:]))
-		h = b[36:]
+		version, f.Entry, h.phoff, h.shoff = o.Uint32(b[20:]), uint64(o.Uint32(b[24:])), uint64(o.Uint32(b[28:])), uint64(o.Uint32(b[32:]))
+		e = b[36:]
 	}
 	if version != uint32(f.Version) {
-		return nil, errAt(20, "e_version %d does not match EI_VERSION %d", version, f.Version)
+		return h, errAt(20, "e_version %d does not match EI_VERSION %d", version, f.Version)
 	}
-	// h: e_flags, e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx.
-	phentsize, phnum := int(o.Uint16(h[6:])), int(o.Uint16(h[8:]))
-	shentsize, shnum, shstrndx := int(o.Uint16(h[10:])), int(o.Uint16(h[12:])), int(o.Uint16(h[14:]))
-	hoff := uint64(ehsize - len(h)) // file offset of e_flags
-	if int64(phoff) < 0 || int64(shoff) < 0 {
-		return nil, errAt(hoff-uint64(2*wordSize), "e_phoff %#x or e_shoff %#x above 2^63", phoff, shoff)
+	// e: e_flags, e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx.
+	h.phentsize, h.phnum = int(o.Uint16(e[6:])), int(o.Uint16(e[8:]))
+	h.shentsize, h.shnum, h.shstrndx = int(o.Uint16(e[10:])), int(o.Uint16(e[12:])), int(o.Uint16(e[14:]))
+	h.hoff = uint64(ehsize - len(e)) // file offset of e_flags
+	if int64(h.phoff) < 0 || int64(h.shoff) < 0 {
+		return h, errAt(h.hoff-uint64(2*wordSize), "e_phoff %#x or e_shoff %#x above 2^63", h.phoff, h.shoff)
 	}
-	if shoff == 0 && shnum != 0 {
-		return nil, errAt(hoff+12, "e_shnum %d without a section header table", shnum)
+	if h.shoff == 0 && h.shnum != 0 {
+		return h, errAt(h.hoff+12, "e_shnum %d without a section header table", h.shnum)
 	}
-	if shnum > 0 && shstrndx >= shnum {
-		return nil, errAt(hoff+14, "e_shstrndx %d out of range (e_shnum %d)", shstrndx, shnum)
+	if h.shnum > 0 && h.shstrndx >= h.shnum {
+		return h, errAt(h.hoff+14, "e_shstrndx %d out of range (e_shnum %d)", h.shstrndx, h.shnum)
 	}
-	if phnum > 0 && phentsize < wantPh {
-		return nil, errAt(hoff+6, "e_phentsize %d, want at least %d", phentsize, wantPh)
+	if h.phnum > 0 && h.phentsize < h.wantPh {
+		return h, errAt(h.hoff+6, "e_phentsize %d, want at least %d", h.phentsize, h.wantPh)
 	}
+	return h, nil
+}
 
+// extended applies the gABI's extended numbering and the reader's limits
+// to the counts.
+func (f *File) extended(h *header) error {
 	// Extended numbering (gABI "Extended Section Header Numbering",
 	// "Extended Program Header Numbering"): counts and the name table's
 	// index that do not fit the ELF header live in section header 0.
-	extSections := shoff != 0 && shnum == 0
-	if extSections || (shoff != 0 && phnum == PN_XNUM) {
-		if err := f.check(shoff, 1, wantSh, "section header 0"); err != nil {
-			return nil, err
+	extSections := h.shoff != 0 && h.shnum == 0
+	if extSections || (h.shoff != 0 && h.phnum == PN_XNUM) {
+		if err := f.check(h.shoff, 1, h.wantSh, "section header 0"); err != nil {
+			return err
 		}
-		s0, err := f.readTable(shoff, 1, wantSh, wantSh)
+		s0, err := f.readTable(h.shoff, 1, h.wantSh, h.wantSh)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sh := f.parseSection(s0)
 		if extSections {
 			if sh.Type != SHT_NULL {
-				return nil, errAt(shoff, "section header 0 of type %s holds the section count", sh.Type)
+				return errAt(h.shoff, "section header 0 of type %s holds the section count", sh.Type)
 			}
 			if sh.Size < uint64(SHN_LORESERVE) || sh.Size > 1<<32-1 {
-				return nil, errAt(shoff, "extended section count %d", sh.Size)
+				return errAt(h.shoff, "extended section count %d", sh.Size)
 			}
-			shnum = int(sh.Size)
-			if shstrndx == int(SHN_XINDEX) {
-				shstrndx = int(sh.Link)
-				if shstrndx < int(SHN_LORESERVE) {
-					return nil, errAt(shoff, "extended e_shstrndx %d", shstrndx)
+			h.shnum = int(sh.Size)
+			if h.shstrndx == int(SHN_XINDEX) {
+				h.shstrndx = int(sh.Link)
+				if h.shstrndx < int(SHN_LORESERVE) {
+					return errAt(h.shoff, "extended e_shstrndx %d", h.shstrndx)
 				}
 			}
 		}
-		if phnum == PN_XNUM {
-			phnum = int(sh.Info)
+		if h.phnum == PN_XNUM {
+			h.phnum = int(sh.Info)
 		}
 	}
-	if phnum > MaxProgs {
-		return nil, errAt(hoff+8, "%d program headers, limit %d", phnum, MaxProgs)
+	if h.phnum > MaxProgs {
+		return errAt(h.hoff+8, "%d program headers, limit %d", h.phnum, MaxProgs)
 	}
-	if shnum > MaxSections {
-		return nil, errAt(hoff+12, "%d section headers, limit %d", shnum, MaxSections)
+	if h.shnum > MaxSections {
+		return errAt(h.hoff+12, "%d section headers, limit %d", h.shnum, MaxSections)
 	}
-	if shnum > 0 && shentsize < wantSh {
-		return nil, errAt(hoff+10, "e_shentsize %d, want at least %d", shentsize, wantSh)
+	if h.shnum > 0 && h.shentsize < h.wantSh {
+		return errAt(h.hoff+10, "e_shentsize %d, want at least %d", h.shentsize, h.wantSh)
 	}
+	return nil
+}
 
-	if phnum > 0 {
-		if err := f.check(phoff, phnum, phentsize, "program header table"); err != nil {
-			return nil, err
+// readProgs reads the program header table.
+func (f *File) readProgs(h *header) error {
+	if h.phnum > 0 {
+		if err := f.check(h.phoff, h.phnum, h.phentsize, "program header table"); err != nil {
+			return err
 		}
-		t, err := f.readTable(phoff, phnum, phentsize, wantPh)
+		t, err := f.readTable(h.phoff, h.phnum, h.phentsize, h.wantPh)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		f.Progs = make([]*Prog, phnum)
+		f.Progs = make([]*Prog, h.phnum)
 		for i := range f.Progs {
-			p := &Prog{ProgHeader: f.parseProg(t[i*wantPh:]), f: f}
-			off := phoff + uint64(i*phentsize)
+			p := &Prog{ProgHeader: f.parseProg(t[i*h.wantPh:]), f: f}
+			off := h.phoff + uint64(i*h.phentsize)
 			if int64(p.Off) < 0 || int64(p.Filesz) < 0 {
-				return nil, errAt(off, "program header %d: p_offset %#x, p_filesz %#x", i, p.Off, p.Filesz)
+				return errAt(off, "program header %d: p_offset %#x, p_filesz %#x", i, p.Off, p.Filesz)
 			}
 			f.Progs[i] = p
 		}
 	}
-	if shnum == 0 {
-		return f, nil
+	return nil
+}
+
+// readSections reads the section header table and the sections' names.
+func (f *File) readSections(h *header) error {
+	o := f.ByteOrder
+	if h.shnum == 0 {
+		return nil
 	}
-	if err := f.check(shoff, shnum, shentsize, "section header table"); err != nil {
-		return nil, err
+	if err := f.check(h.shoff, h.shnum, h.shentsize, "section header table"); err != nil {
+		return err
 	}
-	t, err := f.readTable(shoff, shnum, shentsize, wantSh)
+	t, err := f.readTable(h.shoff, h.shnum, h.shentsize, h.wantSh)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	f.Sections = make([]*Section, shnum)
-	names := make([]uint32, shnum)
+	f.Sections = make([]*Section, h.shnum)
+	names := make([]uint32, h.shnum)
 	for i := range f.Sections {
-		b := t[i*wantSh:]
+		b := t[i*h.wantSh:]
 		s := &Section{SectionHeader: f.parseSection(b), f: f}
 		names[i] = o.Uint32(b)
 		if int64(s.Offset) < 0 || int64(s.Size) < 0 {
-			return nil, errAt(shoff+uint64(i*shentsize), "section header %d: sh_offset %#x, sh_size %#x", i, s.Offset, s.Size)
+			return errAt(h.shoff+uint64(i*h.shentsize), "section header %d: sh_offset %#x, sh_size %#x", i, s.Offset, s.Size)
 		}
 		f.Sections[i] = s
 	}
-	if shstrndx == 0 {
-		return f, nil // SHN_UNDEF: no names
+	if h.shstrndx == 0 {
+		return nil // SHN_UNDEF: no names
 	}
-	if shstrndx >= shnum {
-		return nil, errAt(shoff, "section name table index %d out of range (%d sections)", shstrndx, shnum)
+	if h.shstrndx >= h.shnum {
+		return errAt(h.shoff, "section name table index %d out of range (%d sections)", h.shstrndx, h.shnum)
 	}
-	st := f.Sections[shstrndx]
-	stOff := shoff + uint64(shstrndx*shentsize)
+	st := f.Sections[h.shstrndx]
+	stOff := h.shoff + uint64(h.shstrndx*h.shentsize)
 	if st.Type != SHT_STRTAB {
-		return nil, errAt(stOff, "section name table %d of type %s", shstrndx, st.Type)
+		return errAt(stOff, "section name table %d of type %s", h.shstrndx, st.Type)
 	}
 	if st.FileSize > MaxNameTable {
-		return nil, errAt(stOff, "section name table of %d bytes, limit %d", st.FileSize, MaxNameTable)
+		return errAt(stOff, "section name table of %d bytes, limit %d", st.FileSize, MaxNameTable)
 	}
 	strtab, err := st.Data()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	total := 0 // bytes of names made: every header may name the longest
 	for i, s := range f.Sections {
 		name, ok := cString(strtab, names[i])
 		if !ok {
-			return nil, errAt(shoff+uint64(i*shentsize), "section header %d: name at %d outside the section name table (%d bytes)", i, names[i], len(strtab))
+			return errAt(h.shoff+uint64(i*h.shentsize), "section header %d: name at %d outside the section name table (%d bytes)", i, names[i], len(strtab))
 		}
 		if total += len(name); total > MaxNameTable {
-			return nil, errAt(shoff+uint64(i*shentsize), "section names of more than %d bytes in all", MaxNameTable)
+			return errAt(h.shoff+uint64(i*h.shentsize), "section names of more than %d bytes in all", MaxNameTable)
 		}
 		s.Name = name
 	}
-	return f, nil
+	return nil
 }
 
 // check makes sure n entries of ent bytes at off lie inside the file.
