@@ -31,6 +31,12 @@ type KernelOptions struct {
 	// Self is the handler's own binary: when set and handler.supervise is
 	// on, the unwinding runs in a child of it (supervise.go).
 	Self string
+
+	// inProcess: one crash of many in a long-running process (the coredump
+	// socket server, serve.go), which must neither exit at the hard
+	// deadline (its server bounds each connection) nor make itself the
+	// OOM killer's first choice.
+	inProcess bool
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a
@@ -41,6 +47,9 @@ func RunKernel(o KernelOptions) int {
 	lg := o.Log
 	c, ka, deadline, stop := startKernel(lg, o.ConfigPath, o.Args, time.Now(), false)
 	defer stop()
+	if o.inProcess {
+		stop()
+	}
 	cfg, pol := c.cfg, c.policy
 	c.pidfd = kernelPidfd(lg, o.Pidfd, ka.PID)
 	if cfg.Handler.HonorRlimit && ka.RlimitCore == 0 && len(o.Args) > 5 {
@@ -63,7 +72,9 @@ func RunKernel(o KernelOptions) int {
 	}
 	// Admission, from argv alone, before any heavy work. Under a crash
 	// storm, a handler the OOM killer takes first is better than a service.
-	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	if !o.inProcess {
+		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	}
 	exeKey := ka.Exe
 	if exeKey == "" {
 		exeKey = ka.Comm

@@ -10,6 +10,7 @@
 // Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]
 // Uninstall:     unwound-handler [--config PATH] uninstall [--root DIR] [--force]
 // Offline:       unwound-handler --core-file FILE|- [--exe PATH] [--sysroot DIR] --print-json
+// Socket server: unwound-handler [--config PATH] --serve-coredump-socket PATH   (core_pattern @@PATH, Linux 6.16+)
 package main
 
 import (
@@ -34,7 +35,7 @@ type definer interface {
 
 type mainOptions struct {
 	config, coreFile, exe, sysroot *string
-	pidfd                          *string
+	pidfd, serve                   *string
 	pattern, printJSON, version    *bool
 }
 
@@ -43,6 +44,7 @@ func defineMain(fs definer) mainOptions {
 		config:    fs.String("config", config.DefaultPath, "configuration `file`"),
 		pattern:   fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit"),
 		pidfd:     fs.String("pidfd", "", "kernel mode: the `fd` %F gave, the crashed process's pidfd (Linux 6.16+); with --core-pattern: auto (the running kernel decides), on or off"),
+		serve:     fs.String("serve-coredump-socket", "", "run as the coredump socket server on `path` (core_pattern @@path, Linux 6.17+; @path on 6.16); systemd's socket, when it passes one, wins"),
 		coreFile:  fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe"),
 		exe:       fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE"),
 		sysroot:   fs.String("sysroot", "/", "offline: `dir`ectory the core's file paths are relative to"),
@@ -56,6 +58,7 @@ func mainUsage(w io.Writer, printDefaults func()) {
 		"  unwound-handler [--config FILE] [--pidfd auto|on|off] --core-pattern\n"+
 		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]\n"+
 		"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
+		"  unwound-handler [--config FILE] --serve-coredump-socket PATH\n"+
 		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", sysctl.PatternSpecifiers)
 	printDefaults()
 }
@@ -122,6 +125,10 @@ func run() int {
 		}
 		fmt.Fprintln(os.Stderr, "unwound-handler:", err)
 		return 1
+	case *o.serve != "":
+		return handler.Serve(handler.ServeOptions{
+			ConfigPath: *o.config, Socket: *o.serve, Self: selfExe(), Log: kernelLogger(),
+		})
 	case *o.coreFile != "":
 		return offline(*o.coreFile, *o.exe, *o.sysroot, *o.config, *o.printJSON)
 	}
@@ -132,14 +139,8 @@ func run() int {
 	if cmd := fs.Arg(0); cmd == "install" || cmd == "uninstall" {
 		return installCmd(cmd, *o.config, fs.Args()[1:])
 	}
-	// The child is this very binary, through /proc/self/exe: a package
-	// upgrade replacing the file mid-crash does not mix versions.
-	self := "/proc/self/exe"
-	if _, err := os.Stat(self); err != nil {
-		self, _ = os.Executable()
-	}
 	return handler.RunKernel(handler.KernelOptions{
-		Self:       self,
+		Self:       selfExe(),
 		ConfigPath: *o.config,
 		Args:       fs.Args(),
 		Stdin:      os.Stdin,
@@ -194,4 +195,15 @@ func installCmd(cmd, cfgPath string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// selfExe is the supervised child's binary: this very one, through
+// /proc/self/exe, so a package upgrade replacing the file mid-crash does
+// not mix versions.
+func selfExe() string {
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		self, _ = os.Executable()
+	}
+	return self
 }
