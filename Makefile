@@ -92,8 +92,10 @@ bench-host: deps
 
 # Opt-in, root: installs the built handler as the host's core_pattern,
 # crashes the x86_64 fixtures and compares with gdb, and on a 6.16+ kernel
-# crashes a program under a --pidfd=%F line (TestHostPidfd); restores the
-# pattern on every exit path.
+# crashes a program under a --pidfd=%F line (TestHostPidfd), and on a
+# 6.16+ kernel serves crashes through the coredump socket (@@, or @ on
+# 6.16: TestHostSocket*, and handler/coredumpsock's TestHost*); restores
+# the pattern on every exit path.
 test-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -count=1 -run TestHost -v ./handler/...
 
