@@ -2,10 +2,8 @@ package handler
 
 import (
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
@@ -35,8 +33,11 @@ type ServeOptions struct {
 	Ready func(*coredumpsock.Server)
 }
 
-// Serve runs the coredump socket server until SIGTERM or SIGINT. It
-// returns the exit status.
+// Serve runs the coredump socket server. SIGTERM ends it as it ends any
+// process (no handler: os/signal would cost the handler binary flash):
+// the connections in hand close, which frees their tasks, and a socket
+// it bound stays behind, replaced by the next server (systemd's socket
+// unit keeps its own). It returns the exit status.
 func Serve(o ServeOptions) int {
 	lg := o.Log
 	// Never dump core: the kernel would connect to this very socket for
@@ -53,7 +54,6 @@ func Serve(o ServeOptions) int {
 			lg.Errorf("coredump socket: %v", err)
 			return 1
 		}
-		defer os.Remove(o.Socket)
 	}
 	pol := admitPolicy(cfg)
 	srv := &coredumpsock.Server{
@@ -67,12 +67,6 @@ func Serve(o ServeOptions) int {
 			}
 		},
 	}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-stop
-		srv.Close()
-	}()
 	lg.Infof("coredump socket server listening on %s", ln.Name())
 	if o.Ready != nil {
 		o.Ready(srv)

@@ -199,7 +199,7 @@ func (s *Server) Serve(ln *os.File) error {
 		var nfd int
 		var aerr error
 		err := rc.Read(func(fd uintptr) bool {
-			nfd, _, aerr = unix.Accept4(int(fd), unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+			nfd, aerr = accept(int(fd))
 			return aerr != unix.EAGAIN
 		})
 		if err != nil {
@@ -369,7 +369,7 @@ func peek(rc syscall.RawConn, b []byte) error {
 		var n int
 		var perr error
 		err := rc.Read(func(fd uintptr) bool {
-			n, _, perr = unix.Recvfrom(int(fd), b, unix.MSG_PEEK)
+			n, perr = peekFD(int(fd), b)
 			return perr != unix.EAGAIN
 		})
 		switch {
@@ -484,4 +484,25 @@ func coreDumping(status []byte) bool {
 		}
 	}
 	return false
+}
+
+// accept is accept4(2) without the peer's address (SO_PEERCRED names
+// it): unix.Accept4 would link every socket address type into the
+// handler (x/sys/unix's anyToSockaddr).
+func accept(fd int) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(fd), 0, 0, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// peekFD is recv(2) with MSG_PEEK (unix.Recvfrom would link every socket
+// address type, as unix.Accept4).
+func peekFD(fd int, b []byte) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_PEEK, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
