@@ -6,8 +6,8 @@
 //
 //	unwound-handler --config /etc/unwound/unwound.toml [--pidfd=%F] %P %I %s %t %d %c %E %e
 //
-// Install line:  unwound-handler --config PATH [--pidfd auto|on|off] --core-pattern
-// Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]
+// Install line:  unwound-handler --config PATH [--pidfd auto|on|off] [--socket auto|on|off|@@|@] --core-pattern
+// Install:       unwound-handler [--config PATH] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off] [--socket auto|on|off|@@|@]
 // Uninstall:     unwound-handler [--config PATH] uninstall [--root DIR] [--force]
 // Offline:       unwound-handler --core-file FILE|- [--exe PATH] [--sysroot DIR] --print-json
 // Socket server: unwound-handler [--config PATH] --serve-coredump-socket PATH   (core_pattern @@PATH, Linux 6.16+)
@@ -35,7 +35,7 @@ type definer interface {
 
 type mainOptions struct {
 	config, coreFile, exe, sysroot *string
-	pidfd, serve                   *string
+	pidfd, serve, socket           *string
 	pattern, printJSON, version    *bool
 }
 
@@ -44,6 +44,7 @@ func defineMain(fs definer) mainOptions {
 		config:    fs.String("config", config.DefaultPath, "configuration `file`"),
 		pattern:   fs.Bool("core-pattern", false, "print the core_pattern line that installs this binary, and exit"),
 		pidfd:     fs.String("pidfd", "", "kernel mode: the `fd` %F gave, the crashed process's pidfd (Linux 6.16+); with --core-pattern: auto (the running kernel decides), on or off"),
+		socket:    fs.String("socket", "off", "with --core-pattern: point core_pattern at the coredump socket server ("+sysctl.DefaultSocket+"): `auto` (when the running kernel has the socket: 6.16+), on, @@, @ or off"),
 		serve:     fs.String("serve-coredump-socket", "", "run as the coredump socket server on `path` (core_pattern @@path, Linux 6.17+; @path on 6.16); systemd's socket, when it passes one, wins"),
 		coreFile:  fs.String("core-file", "", "offline: read this core `file` (- for stdin) instead of the kernel's pipe"),
 		exe:       fs.String("exe", "", "offline: the crashed `program`, for cores without NT_FILE"),
@@ -55,8 +56,8 @@ func defineMain(fs definer) mainOptions {
 
 func mainUsage(w io.Writer, printDefaults func()) {
 	fmt.Fprintf(w, "usage:\n  unwound-handler [--config FILE] %s   (from core_pattern)\n"+
-		"  unwound-handler [--config FILE] [--pidfd auto|on|off] --core-pattern\n"+
-		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off]\n"+
+		"  unwound-handler [--config FILE] [--pidfd auto|on|off] [--socket auto|on|off|@@|@] --core-pattern\n"+
+		"  unwound-handler [--config FILE] install [--root DIR] [--force] [--core-pipe-limit N] [--pidfd auto|on|off] [--socket auto|on|off|@@|@]\n"+
 		"  unwound-handler [--config FILE] uninstall [--root DIR] [--force]\n"+
 		"  unwound-handler [--config FILE] --serve-coredump-socket PATH\n"+
 		"  unwound-handler --core-file FILE|- [--exe PROGRAM] [--sysroot DIR] --print-json\n\nflags:\n", sysctl.PatternSpecifiers)
@@ -64,7 +65,7 @@ func mainUsage(w io.Writer, printDefaults func()) {
 }
 
 // defineInstall defines the options of install and uninstall.
-func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, cfg *string, limit *int, pidfd *string) {
+func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, cfg *string, limit *int, pidfd, socket *string) {
 	root = fs.String("root", "/", "the board's root `dir`ectory; other than /, files are written there and nothing is applied to the running kernel")
 	force = fs.Bool("force", false, "replace another crash handler's core_pattern (install), remove a sysctl file install did not write (uninstall)")
 	cfg = fs.String("config", cfgPath, "configuration `file` on the board")
@@ -76,7 +77,11 @@ func defineInstall(fs definer, cmd, cfgPath string) (root *string, force *bool, 
 	if cmd == "install" {
 		pidfd = fs.String("pidfd", "auto", "ask the kernel for the crashed process's pidfd (%F): `auto` (the running kernel is 6.16 or later; off for another --root), on or off")
 	}
-	return root, force, cfg, limit, pidfd
+	socket = new(string)
+	if cmd == "install" {
+		socket = fs.String("socket", "off", "point core_pattern at the coredump socket server ("+sysctl.DefaultSocket+") instead of the pipe: `auto` (the running kernel has the socket, 6.16+; off for another --root), on, @@ (6.17+), @ (6.16) or off")
+	}
+	return root, force, cfg, limit, pidfd, socket
 }
 
 func main() {
@@ -118,7 +123,11 @@ func run() int {
 		self, err := sysctl.Executable()
 		if err == nil {
 			var line string
-			if line, err = sysctl.PatternMode(self, *o.config, *o.pidfd, ""); err == nil {
+			line, err = sysctl.ChooseSocket(*o.socket, "", "")
+			if line == "" && err == nil {
+				line, err = sysctl.PatternMode(self, *o.config, *o.pidfd, "")
+			}
+			if err == nil {
 				fmt.Println(line)
 				return 0
 			}
@@ -174,7 +183,7 @@ func offline(core, exe, sysroot, cfgPath string, printJSON bool) int {
 // installCmd is `install` and `uninstall`: see package install.
 func installCmd(cmd, cfgPath string, args []string) int {
 	fs := newFlagSet("unwound-handler "+cmd, os.Stderr)
-	root, force, cfg, limit, pidfd := defineInstall(fs, cmd, cfgPath)
+	root, force, cfg, limit, pidfd, socket := defineInstall(fs, cmd, cfgPath)
 	if err := fs.Parse(args); err != nil {
 		if err == errHelp {
 			return 0
@@ -185,7 +194,7 @@ func installCmd(cmd, cfgPath string, args []string) int {
 		fmt.Fprintf(os.Stderr, "unwound-handler %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
 	}
-	o := install.Options{Root: *root, Config: *cfg, PipeLimit: *limit, Force: *force, Pidfd: *pidfd, Out: os.Stdout}
+	o := install.Options{Root: *root, Config: *cfg, PipeLimit: *limit, Force: *force, Pidfd: *pidfd, Socket: *socket, Out: os.Stdout}
 	run := install.Install
 	if cmd == "uninstall" {
 		run = install.Uninstall

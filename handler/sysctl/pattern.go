@@ -200,3 +200,33 @@ func SocketPath(pattern string) (path string, request bool) {
 func SocketSupported(release string) (plain, request bool) {
 	return atLeast(release, SocketKernel), atLeast(release, SocketRequestKernel)
 }
+
+// ChooseSocket is the coredump socket pattern for a socket mode, "" for
+// the pipe: "off" (or "") never a socket; "@@" and "@" that form (a build
+// for an image whose kernel is known); "on" the best form the kernel
+// release takes ("@@" from 6.17, "@" on 6.16), an error before; "auto" the
+// same, the pipe before 6.16. release "" is the running kernel's.
+func ChooseSocket(mode, release, path string) (string, error) {
+	if path == "" {
+		path = DefaultSocket
+	}
+	switch mode {
+	case "off", "":
+		return "", nil
+	case "@@", "@":
+		return SocketPattern(path, mode == "@@")
+	case "on", "auto":
+		if release == "" {
+			release = KernelRelease()
+		}
+		plain, request := SocketSupported(release)
+		switch {
+		case request || plain:
+			return SocketPattern(path, request)
+		case mode == "auto":
+			return "", nil
+		}
+		return "", fmt.Errorf("socket on: kernel %s has no coredump socket (6.16 or later has)", release)
+	}
+	return "", fmt.Errorf("socket %q: want auto, on, off, @@ or @", mode)
+}
