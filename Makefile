@@ -102,7 +102,7 @@ test-host: deps
 demo: deps
 	$(GO) run ./qemu/cmd/demo
 
-# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none CORE_PATTERN_PIDFD=off|on
+# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none CORE_PATTERN_PIDFD=off|on CORE_PATTERN_SOCKET=off|@@|@
 # Board binaries (built here, static, for GOOS/GOARCH, or copied from
 # PREBUILT=dir when a build system compiled them), the configuration, the
 # queue directory (0700), and what points kernel.core_pattern at the handler
@@ -118,6 +118,13 @@ CORE_PIPE_LIMIT ?= 4
 # boards whose kernel is 6.16 or later (docs/kernel-modes.md); a kernel
 # before 6.16 passes an empty --pidfd= and the handler runs as without.
 CORE_PATTERN_PIDFD ?= off
+# @@ (kernel 6.17+) or @ (6.16): core_pattern points at the coredump socket
+# server on COREDUMP_SOCKET instead of the pipe (docs/kernel-modes.md); with
+# INIT=systemd unwound-coredump.socket starts it, with INIT=sysvinit the init
+# script. off: the pipe. The units are installed with INIT=systemd either
+# way (disabled); build systems enable them with the socket.
+CORE_PATTERN_SOCKET ?= off
+COREDUMP_SOCKET ?= /run/unwound/coredump.sock
 PREBUILT        ?=
 BINDIR          := $(PREFIX)/bin
 CONFIG          := $(SYSCONFDIR)/unwound/unwound.toml
@@ -134,7 +141,8 @@ HOST_GO         ?= $(GO)
 HOST_GO_ENV      = GOOS= GOARCH= GOARM= GO386= GOMIPS= GOAMD64=
 INSTALL_WORK    ?= build/install
 SUBST            = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@CONFIG@|$(CONFIG)|g' \
-		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g'
+		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g' \
+		   -e 's|@SOCKET@|$(COREDUMP_SOCKET)|g' -e 's|@CORE_PATTERN_SOCKET@|$(CORE_PATTERN_SOCKET)|g'
 
 install:
 	@case "$(INIT)" in systemd|sysvinit|none) ;; \
@@ -150,7 +158,7 @@ install:
 		echo "make install: HOST_GO=$(HOST_GO) builds for $$1/$$2, not for this build host ($$3/$$4), so the core_pattern generator could not run here." >&2; \
 		echo "  A cross-compiling wrapper that sets GOARCH itself (such as oe-core's <target>-go) cannot be HOST_GO: set HOST_GO to the build host's go (in a Yocto recipe, HOST_GO=\$${STAGING_BINDIR_NATIVE}/go)." >&2; exit 1; }
 	$(HOST_GO_ENV) $(HOST_GO) build -o $(INSTALL_WORK)/corepattern ./packaging/corepattern
-	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) -pidfd $(CORE_PATTERN_PIDFD) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
+	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) -pidfd $(CORE_PATTERN_PIDFD) -socket $(CORE_PATTERN_SOCKET) -socket-path $(COREDUMP_SOCKET) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
 	case $$rc in \
 	0) ;; \
 	3) echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1;; \
@@ -169,7 +177,7 @@ endif
 ifneq ($(INIT),none)
 	{ echo '# unwound: crash reports from unwound-handler (make install INIT=$(INIT)).'; \
 	  echo '# Sorts after systemd'"'"'s 50-coredump.conf, so this core_pattern wins.'; \
-	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --pidfd $(CORE_PATTERN_PIDFD) --core-pattern` prints.'; \
+	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --pidfd $(CORE_PATTERN_PIDFD) --socket $(CORE_PATTERN_SOCKET) --core-pattern` prints.'; \
 	  echo "kernel.core_pattern = $$(cat $(INSTALL_WORK)/core_pattern)"; \
 	  echo '# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to'; \
 	  echo '# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.'; \
@@ -179,6 +187,12 @@ ifneq ($(INIT),none)
 	  echo 'fs.suid_dumpable = 2'; } > $(INSTALL_WORK)/60-unwound.conf
 	install -d $(DESTDIR)$(SYSCTLDIR)
 	install -m 0644 $(INSTALL_WORK)/60-unwound.conf $(DESTDIR)$(SYSCTLDIR)/60-unwound.conf
+endif
+ifeq ($(INIT),systemd)
+	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
+	$(SUBST) packaging/systemd/unwound-coredump.socket.in > $(INSTALL_WORK)/unwound-coredump.socket
+	$(SUBST) packaging/systemd/unwound-coredump.service.in > $(INSTALL_WORK)/unwound-coredump.service
+	install -m 0644 $(INSTALL_WORK)/unwound-coredump.socket $(INSTALL_WORK)/unwound-coredump.service $(DESTDIR)$(SYSTEMD_UNITDIR)/
 endif
 ifeq ($(INIT)$(filter unwound-uploader,$(BOARD_CMDS)),systemdunwound-uploader)
 	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
