@@ -22,16 +22,17 @@ import (
 // executable) are listed.
 func (c *crash) report() *report.Report {
 	r := &report.Report{
-		Version: report.Version,
-		ID:      report.NewID(),
-		Time:    c.kernelTime,
-		Arch:    "unknown",
-		PID:     c.pid,
-		TID:     c.tid,
-		Exe:     c.exe,
-		Cmdline: c.cmdline,
-		Partial: c.partial,
-		Handler: report.Handler{Version: version.Version, Mode: c.mode},
+		Version:   report.Version,
+		ID:        report.NewID(),
+		Time:      c.kernelTime,
+		Arch:      "unknown",
+		PID:       c.pid,
+		TID:       c.tid,
+		Exe:       c.exe,
+		Cmdline:   c.cmdline,
+		Partial:   c.partial,
+		Handler:   report.Handler{Version: version.Version, Mode: c.mode},
+		Container: c.cont,
 	}
 	if c.arch != nil {
 		r.Arch = c.arch.Name

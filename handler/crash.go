@@ -12,6 +12,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // crash is everything known about one crash while the report is built,
@@ -72,6 +73,9 @@ type kernelRun struct {
 	// (or none): from then on nothing is read there.
 	pidfd  *pidfd
 	noProc bool
+
+	// cont is the container the process ran in (container.go).
+	cont *report.Container
 }
 
 func newCrash(cfg *config.Config, lg *Logger, start time.Time) *crash {

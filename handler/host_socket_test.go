@@ -306,3 +306,51 @@ func TestHostSocketServerCrash(t *testing.T) {
 		t.Errorf("after the restart: mode %s", r.Handler.Mode)
 	}
 }
+
+// TestHostSocketContainer: a crash in another pid and mount namespace
+// reaches the host's server (the kernel looks the socket up from init's
+// root) and the report says which container: its namespaces and cgroup.
+func TestHostSocketContainer(t *testing.T) {
+	h := newSocketHost(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	cmd := exec.Command("unshare", "--pid", "--mount", "--fork", "sh", "-c", "ulimit -c unlimited; exec "+h.prog)
+	cmd.Run()
+	var r *report.Report
+	for end := time.Now().Add(20 * time.Second); r == nil && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		es, _ := h.q.List()
+		for _, e := range es {
+			if z, err := h.q.Read(e.Name); err == nil {
+				if got, err := decode.Report(z); err == nil && got.Exe == h.prog {
+					r = got
+				}
+			}
+		}
+	}
+	if r == nil {
+		t.Fatal("no report for the crash in the container")
+	}
+	ours := nsInode(os.Getpid(), "pid")
+	c := r.Container
+	if c == nil || c.PidNS == 0 || c.PidNS == ours || c.MntNS == nsInode(os.Getpid(), "mnt") || c.Cgroup == "" {
+		t.Fatalf("container %+v (handler's pid ns %d)", c, ours)
+	}
+	if r.Handler.Mode != "live" || len(frameKeys(r)) < 3 {
+		t.Errorf("mode %s, frames %q", r.Handler.Mode, frameKeys(r))
+	}
+	t.Logf("pid %d: container %+v, frames %q", r.PID, *c, frameKeys(r))
+}
+
+func TestCgroupPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"0::/system.slice/docker-abc.scope\n":                      "/system.slice/docker-abc.scope",
+		"12:pids:/lxc/c1\n11:memory:/lxc/c1\n0::/lxc.payload.c1\n": "/lxc.payload.c1",
+		"4:cpu:/docker/xyz\n":                                      "/docker/xyz",
+		"":                                                         "",
+	} {
+		if got := cgroupPath(in); got != want {
+			t.Errorf("cgroupPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -190,6 +190,7 @@ func (c *crash) handle(in io.Reader, release func(), deadline time.Time) *report
 
 	module.SetIODeadline(deadline)
 	otherMountNS := c.procOK() && namespaceDiffers(c.pid, "mnt")
+	c.cont = c.container()
 	if err := c.live(release, deadline); err != nil {
 		c.log.Warnf("live memory unusable (%v), reading stacks from the core stream", err)
 		c.mode = "stream"
