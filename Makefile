@@ -85,8 +85,11 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Opt-in, root: crash-to-reap latency of a 1 GiB, 32-thread process with
-# unwound (live and stream), |/bin/true and a kernel core file as helpers;
-# swaps the host's core_pattern and restores it on every exit path.
+# unwound (live and stream), |/bin/true and a kernel core file as helpers,
+# and (BenchmarkSocketCrashToReap, 6.16+) through the coredump socket
+# server against |/bin/true and pipe live mode, with the server's RSS and
+# its socket activation; swaps the host's core_pattern and restores it on
+# every exit path.
 bench-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -run '^$$' -bench CrashToReap -benchtime 3x ./handler
 
