@@ -9,6 +9,7 @@ import (
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/handler/coredumpsock"
+	"github.com/unwound-dev/unwound/handler/sysctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,6 +56,9 @@ func Serve(o ServeOptions) int {
 			return 1
 		}
 	}
+	// The drift check after each crash (here, or in the supervised child)
+	// takes this socket as unwound's.
+	os.Setenv(sysctl.SocketEnv, o.Socket)
 	pol := admitPolicy(cfg)
 	srv := &coredumpsock.Server{
 		Handle:   func(c *coredumpsock.Conn) { serveConn(o, c) },

@@ -144,7 +144,7 @@ func Check(procSys, handlerExe, configPath string, maxConcurrent int) []string {
 	if procSys == "" {
 		procSys = ProcSys
 	}
-	want := Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/"}
+	want := Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/", Socket: os.Getenv(SocketEnv)}
 	if handlerExe != "" {
 		if p, err := Pattern(handlerExe, configPath); err == nil {
 			want.CorePattern = p
@@ -157,6 +157,11 @@ func Check(procSys, handlerExe, configPath string, maxConcurrent int) []string {
 // socket unit, the init script, `install --socket`): under /run, which
 // holds no symbolic link on the way (the kernel follows none).
 const DefaultSocket = "/run/unwound/coredump.sock"
+
+// SocketEnv names the socket the coredump socket server listens on, in
+// its environment and its children's, so that their drift check (Check)
+// takes a socket elsewhere than DefaultSocket as unwound's.
+const SocketEnv = "UNWOUND_COREDUMP_SOCKET"
 
 // SocketKernel is the first kernel release with the coredump socket
 // ("@/path"); SocketRequestKernel the first with its request protocol

@@ -88,3 +88,27 @@ func TestSocketDrift(t *testing.T) {
 		t.Errorf("a configured socket is unwound's: %q", d)
 	}
 }
+
+// TestCheckServedSocket: the server's own socket, named in its
+// environment (SocketEnv), is unwound's wherever it is.
+func TestCheckServedSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer l.Close()
+	proc := filepath.Join(dir, "proc")
+	for rel, v := range map[string]string{"kernel/core_pattern": "@@" + sock, "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
+		os.MkdirAll(filepath.Join(proc, filepath.Dir(rel)), 0o755)
+		os.WriteFile(filepath.Join(proc, rel), []byte(v+"\n"), 0o644)
+	}
+	if d := Check(proc, "", "/etc/u.toml", 2); len(d) != 1 || !strings.Contains(d[0], "not unwound") {
+		t.Errorf("without %s: %q", SocketEnv, d)
+	}
+	t.Setenv(SocketEnv, sock)
+	if d := Check(proc, "", "/etc/u.toml", 2); len(d) != 0 {
+		t.Errorf("with %s: %q", SocketEnv, d)
+	}
+}
