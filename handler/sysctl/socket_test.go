@@ -112,3 +112,25 @@ func TestCheckServedSocket(t *testing.T) {
 		t.Errorf("with %s: %q", SocketEnv, d)
 	}
 }
+
+func TestUnixListening(t *testing.T) {
+	text := []byte("Num       RefCount Protocol Flags    Type St Inode Path\n" +
+		"0000000000000000: 00000002 00000000 00010000 0001 01 21836 /run/unwound/coredump.sock\n" +
+		"0000000000000000: 00000002 00000000 00000000 0001 01 21837 /run/other.sock\n" +
+		"0000000000000000: 00000003 00000000 00000000 0001 03 21838\n")
+	if !UnixListening(text, "/run/unwound/coredump.sock") || UnixListening(text, "/run/other.sock") || UnixListening(text, "/x") {
+		t.Error("UnixListening")
+	}
+	if b, err := os.ReadFile("/proc/net/unix"); err == nil {
+		sock := filepath.Join(t.TempDir(), "l.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Skip(err)
+		}
+		defer l.Close()
+		b, _ = os.ReadFile("/proc/net/unix")
+		if !UnixListening(b, sock) {
+			t.Errorf("a listening socket at %s not found in /proc/net/unix", sock)
+		}
+	}
+}

@@ -247,7 +247,30 @@ func socketDrift(v Values, w Want, sock string) []string {
 		return []string{fmt.Sprintf("%s is %q but there is no socket at %s: the kernel drops every core (start unwound-coredump.socket, or unwound-handler --serve-coredump-socket %s)",
 			CorePattern, v.CorePattern, sock, sock)}
 	}
+	if root == "/" {
+		if b, err := os.ReadFile("/proc/net/unix"); err == nil && !UnixListening(b, sock) {
+			return []string{fmt.Sprintf("%s is %q but nothing listens at %s (a server that stopped left it): the kernel drops every core (start unwound-coredump.socket, or unwound-handler --serve-coredump-socket %s)",
+				CorePattern, v.CorePattern, sock, sock)}
+		}
+	}
 	return nil
+}
+
+// UnixListening says whether /proc/net/unix (text) lists a listening
+// socket bound at path: flag __SO_ACCEPTCON (0x10000). Read, never
+// connected to: a connection would look like a crash to the server.
+func UnixListening(text []byte, path string) bool {
+	for _, l := range strings.Split(string(text), "\n") {
+		f := strings.Fields(l)
+		// Num RefCount Protocol Flags Type St Inode Path
+		if len(f) < 8 || f[7] != path {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&0x10000 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Drift lists, one sentence each, how v differs from w. Nothing: all well.
