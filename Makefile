@@ -85,22 +85,27 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Opt-in, root: crash-to-reap latency of a 1 GiB, 32-thread process with
-# unwound (live and stream), |/bin/true and a kernel core file as helpers;
-# swaps the host's core_pattern and restores it on every exit path.
+# unwound (live and stream), |/bin/true and a kernel core file as helpers,
+# and (BenchmarkSocketCrashToReap, 6.16+) through the coredump socket
+# server against |/bin/true and pipe live mode, with the server's RSS and
+# its socket activation; swaps the host's core_pattern and restores it on
+# every exit path.
 bench-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -run '^$$' -bench CrashToReap -benchtime 3x ./handler
 
 # Opt-in, root: installs the built handler as the host's core_pattern,
 # crashes the x86_64 fixtures and compares with gdb, and on a 6.16+ kernel
-# crashes a program under a --pidfd=%F line (TestHostPidfd); restores the
-# pattern on every exit path.
+# crashes a program under a --pidfd=%F line (TestHostPidfd), and on a
+# 6.16+ kernel serves crashes through the coredump socket (@@, or @ on
+# 6.16: TestHostSocket*, and handler/coredumpsock's TestHost*); restores
+# the pattern on every exit path.
 test-host: deps
 	UNWOUND_TEST_HOST=1 $(GO) test -count=1 -run TestHost -v ./handler/...
 
 demo: deps
 	$(GO) run ./qemu/cmd/demo
 
-# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none CORE_PATTERN_PIDFD=off|on
+# make install DESTDIR= PREFIX=/usr SYSCONFDIR=/etc QUEUE_DIR=... INIT=systemd|sysvinit|none CORE_PATTERN_PIDFD=off|on CORE_PATTERN_SOCKET=off|@@|@
 # Board binaries (built here, static, for GOOS/GOARCH, or copied from
 # PREBUILT=dir when a build system compiled them), the configuration, the
 # queue directory (0700), and what points kernel.core_pattern at the handler
@@ -116,6 +121,13 @@ CORE_PIPE_LIMIT ?= 4
 # boards whose kernel is 6.16 or later (docs/kernel-modes.md); a kernel
 # before 6.16 passes an empty --pidfd= and the handler runs as without.
 CORE_PATTERN_PIDFD ?= off
+# @@ (kernel 6.17+) or @ (6.16): core_pattern points at the coredump socket
+# server on COREDUMP_SOCKET instead of the pipe (docs/kernel-modes.md); with
+# INIT=systemd unwound-coredump.socket starts it, with INIT=sysvinit the init
+# script. off: the pipe. The units are installed with INIT=systemd either
+# way (disabled); build systems enable them with the socket.
+CORE_PATTERN_SOCKET ?= off
+COREDUMP_SOCKET ?= /run/unwound/coredump.sock
 PREBUILT        ?=
 BINDIR          := $(PREFIX)/bin
 CONFIG          := $(SYSCONFDIR)/unwound/unwound.toml
@@ -132,7 +144,8 @@ HOST_GO         ?= $(GO)
 HOST_GO_ENV      = GOOS= GOARCH= GOARM= GO386= GOMIPS= GOAMD64=
 INSTALL_WORK    ?= build/install
 SUBST            = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@CONFIG@|$(CONFIG)|g' \
-		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g'
+		   -e 's|@QUEUE_DIR@|$(QUEUE_DIR)|g' -e 's|@CORE_PIPE_LIMIT@|$(CORE_PIPE_LIMIT)|g' \
+		   -e 's|@SOCKET@|$(COREDUMP_SOCKET)|g' -e 's|@CORE_PATTERN_SOCKET@|$(CORE_PATTERN_SOCKET)|g'
 
 install:
 	@case "$(INIT)" in systemd|sysvinit|none) ;; \
@@ -148,7 +161,7 @@ install:
 		echo "make install: HOST_GO=$(HOST_GO) builds for $$1/$$2, not for this build host ($$3/$$4), so the core_pattern generator could not run here." >&2; \
 		echo "  A cross-compiling wrapper that sets GOARCH itself (such as oe-core's <target>-go) cannot be HOST_GO: set HOST_GO to the build host's go (in a Yocto recipe, HOST_GO=\$${STAGING_BINDIR_NATIVE}/go)." >&2; exit 1; }
 	$(HOST_GO_ENV) $(HOST_GO) build -o $(INSTALL_WORK)/corepattern ./packaging/corepattern
-	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) -pidfd $(CORE_PATTERN_PIDFD) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
+	@rc=0; $(INSTALL_WORK)/corepattern -exe $(BINDIR)/unwound-handler -config $(CONFIG) -pidfd $(CORE_PATTERN_PIDFD) -socket $(CORE_PATTERN_SOCKET) -socket-path $(COREDUMP_SOCKET) > $(INSTALL_WORK)/core_pattern || rc=$$?; \
 	case $$rc in \
 	0) ;; \
 	3) echo "make install: no valid core_pattern for $(BINDIR)/unwound-handler with $(CONFIG) (see above): choose a shorter PREFIX or SYSCONFDIR" >&2; exit 1;; \
@@ -167,7 +180,7 @@ endif
 ifneq ($(INIT),none)
 	{ echo '# unwound: crash reports from unwound-handler (make install INIT=$(INIT)).'; \
 	  echo '# Sorts after systemd'"'"'s 50-coredump.conf, so this core_pattern wins.'; \
-	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --pidfd $(CORE_PATTERN_PIDFD) --core-pattern` prints.'; \
+	  echo '# The line is what `$(BINDIR)/unwound-handler --config $(CONFIG) --pidfd $(CORE_PATTERN_PIDFD) --socket $(CORE_PATTERN_SOCKET) --core-pattern` prints.'; \
 	  echo "kernel.core_pattern = $$(cat $(INSTALL_WORK)/core_pattern)"; \
 	  echo '# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to'; \
 	  echo '# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.'; \
@@ -177,6 +190,12 @@ ifneq ($(INIT),none)
 	  echo 'fs.suid_dumpable = 2'; } > $(INSTALL_WORK)/60-unwound.conf
 	install -d $(DESTDIR)$(SYSCTLDIR)
 	install -m 0644 $(INSTALL_WORK)/60-unwound.conf $(DESTDIR)$(SYSCTLDIR)/60-unwound.conf
+endif
+ifeq ($(INIT),systemd)
+	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
+	$(SUBST) packaging/systemd/unwound-coredump.socket.in > $(INSTALL_WORK)/unwound-coredump.socket
+	$(SUBST) packaging/systemd/unwound-coredump.service.in > $(INSTALL_WORK)/unwound-coredump.service
+	install -m 0644 $(INSTALL_WORK)/unwound-coredump.socket $(INSTALL_WORK)/unwound-coredump.service $(DESTDIR)$(SYSTEMD_UNITDIR)/
 endif
 ifeq ($(INIT)$(filter unwound-uploader,$(BOARD_CMDS)),systemdunwound-uploader)
 	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)

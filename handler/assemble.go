@@ -22,16 +22,17 @@ import (
 // executable) are listed.
 func (c *crash) report() *report.Report {
 	r := &report.Report{
-		Version: report.Version,
-		ID:      report.NewID(),
-		Time:    c.proc.time,
-		Arch:    "unknown",
-		PID:     c.proc.pid,
-		TID:     c.proc.tid,
-		Exe:     c.proc.exe,
-		Cmdline: c.proc.cmdline,
-		Partial: c.out.partial,
-		Handler: report.Handler{Version: version.Version, Mode: c.out.mode},
+		Version:   report.Version,
+		ID:        report.NewID(),
+		Time:      c.proc.time,
+		Arch:      "unknown",
+		PID:       c.proc.pid,
+		TID:       c.proc.tid,
+		Exe:       c.proc.exe,
+		Cmdline:   c.proc.cmdline,
+		Partial:   c.out.partial,
+		Handler:   report.Handler{Version: version.Version, Mode: c.out.mode},
+		Container: c.out.cont,
 	}
 	if c.img.arch != nil {
 		r.Arch = c.img.arch.Name

@@ -12,6 +12,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/report"
 )
 
 // env is what every crash this process handles shares: the config, the
@@ -67,6 +68,9 @@ type process struct {
 	// (or none): from then on nothing is read there.
 	pidfd  *pidfd
 	noProc bool
+
+	// cont is the container the process ran in (container.go).
+	cont *report.Container
 }
 
 // image is what was read of the crashed process: the core's notes, its
@@ -85,9 +89,10 @@ type outcome struct {
 	results map[int]unwind.Result // by tid
 	errs    []string
 	partial bool
-	mode    string         // live, stream, file, registers, none
-	frozen  time.Duration  // how long the process was held
-	dropped map[string]int // crashes not reported since the previous report
+	mode    string            // live, stream, file, registers, none
+	frozen  time.Duration     // how long the process was held
+	dropped map[string]int    // crashes not reported since the previous report
+	cont    *report.Container // the container the process ran in, nil outside one
 }
 
 func newCrash(e *env, in *input, start time.Time) *crash {

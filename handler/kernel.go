@@ -27,6 +27,12 @@ type KernelOptions struct {
 	// Self is the handler's own binary: when set and handler.supervise is
 	// on, the unwinding runs in a child of it (supervise.go).
 	Self string
+
+	// inProcess: one crash of many in a long-running process (the coredump
+	// socket server, serve.go), which must neither exit at the hard
+	// deadline (its server bounds each connection) nor make itself the
+	// OOM killer's first choice.
+	inProcess bool
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a
@@ -37,13 +43,20 @@ func RunKernel(o KernelOptions) int {
 	start := time.Now()
 	e, ka, notes, stop := startKernel(o.Log, o.ConfigPath, o.Args, start, false)
 	defer stop()
+	if o.inProcess {
+		// One crash of many in the coredump socket server (serve.go):
+		// its server bounds each connection, so no hard exit here.
+		stop()
+	}
 	e.drift = func() { LogDrift(e.log, o.ProcSys, o.ConfigPath, e.cfg.RateLimit.MaxConcurrent) }
 	pfd := kernelPidfd(e.log, o.Pidfd, ka.PID)
 	in := pipeInput(o.Stdin, nil, ka, len(o.Args), pfd, start.Add(e.cfg.Handler.Deadline.D()))
 	// Under a crash storm, a handler the OOM killer takes first is
 	// better than a service. (The process's own setting: a server
 	// handling crashes in process would not take it.)
-	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	if !o.inProcess {
+		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	}
 	c := newCrash(e, in, start)
 	c.out.errs = notes
 	work := (*crash).unwindHere

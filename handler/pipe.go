@@ -35,8 +35,9 @@ func pipeReader(f *os.File, deadline time.Time) *os.File {
 	// A duplicate descriptor in non-blocking mode goes through Go's poller,
 	// so reads honour the deadline; the original is closed, the pipe stays
 	// open through the duplicate until release.
-	if fd, err := unix.Dup(int(f.Fd())); err == nil {
-		unix.CloseOnExec(fd)
+	// F_DUPFD_CLOEXEC: a child started meanwhile by another crash of the
+	// same process (the coredump socket server) must not inherit it.
+	if fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
 		if unix.SetNonblock(fd, true) == nil {
 			nf := os.NewFile(uintptr(fd), "stdin")
 			if nf.SetReadDeadline(deadline) == nil {
@@ -58,6 +59,9 @@ type coreReader struct {
 	pipe   *os.File
 	null   int  // /dev/null, opened on the first skip; -1: unusable
 	grown  bool // the pipe's buffer was enlarged
+	// nosplice: the core comes through a socket, which cannot be spliced
+	// into /dev/null.
+	nosplice bool
 }
 
 func (r *coreReader) Read(p []byte) (int, error) {
@@ -96,12 +100,19 @@ func (r *coreReader) skip(n int64) (int64, error) {
 	}
 	var done int64
 	var serr error
+	if r.nosplice {
+		return io.CopyN(io.Discard, r, n)
+	}
 	for done < n && serr == nil {
 		err := rc.Read(func(fd uintptr) bool {
 			m, e := unix.Splice(int(fd), nil, r.null, nil, int(min(n-done, 1<<20)), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 			switch {
 			case e == unix.EAGAIN:
 				return false // wait for the kernel to write more
+			case e == unix.EINVAL && done == 0:
+				// A socket (the coredump socket server): splice needs a
+				// pipe on one side.
+				r.nosplice = true
 			case e != nil:
 				serr = e
 			case m == 0:
@@ -113,6 +124,9 @@ func (r *coreReader) skip(n int64) (int64, error) {
 		})
 		if err != nil && serr == nil {
 			serr = err // the read deadline
+		}
+		if r.nosplice {
+			return io.CopyN(io.Discard, r, n)
 		}
 	}
 	return done, serr

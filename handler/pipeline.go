@@ -214,6 +214,7 @@ func (c *crash) placeModules() {
 // whether it unwound.
 func (c *crash) captureHeld(stream *coredump.Stream) bool {
 	otherMountNS := c.procOK() && namespaceDiffers(c.proc.pid, "mnt")
+	c.out.cont = c.container()
 	err := c.live()
 	if err == nil {
 		return true

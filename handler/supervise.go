@@ -15,6 +15,7 @@ import (
 
 	"github.com/unwound-dev/unwound/internal/smallsort"
 	"github.com/unwound-dev/unwound/report"
+	"golang.org/x/sys/unix"
 )
 
 // Self-supervision (docs/design.md, "Self-supervision"). Go's fatal errors
@@ -154,7 +155,7 @@ type child struct {
 	statusR *os.File // fd 4's other end
 	stderr  *headWriter
 	done    chan waitResult
-	pidf    *os.File // the crashed process's pidfd, kept open for the child
+	pidf    *os.File // a copy of the crashed process's pidfd for the child
 }
 
 // waitResult is how the child ended, once its stderr is drained.
@@ -194,14 +195,21 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 	files := []*os.File{c.in.fd(), null, errW, hand, status}
 	if c.proc.pidfd != nil {
 		// The pidfd goes on as ChildPidfd; the child checks it again.
-		ch.pidf = os.NewFile(uintptr(c.proc.pidfd.fd), "pidfd")
-		files = append(files, ch.pidf)
+		// A copy, closed once the child has it: the pidfd stays the
+		// caller's (the coredump socket server closes its own).
+		if fd, err := unix.FcntlInt(uintptr(c.proc.pidfd.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			ch.pidf = os.NewFile(uintptr(fd), "pidfd")
+			files = append(files, ch.pidf)
+		}
 	}
 	ch.proc, err = os.StartProcess(o.Self, append([]string{o.Self, ChildFlag, o.ConfigPath}, o.Args...), &os.ProcAttr{
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	closeAll(hand, status, null, errW)
+	if ch.pidf != nil {
+		ch.pidf.Close()
+	}
 	if err != nil {
 		closeAll(handW, statusR, errR)
 		return nil, fmt.Sprintf("cannot start the unwinding child: %v", err)

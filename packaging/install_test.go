@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,10 +83,12 @@ func installTree(init string, uploader bool) []string {
 	}
 	switch init {
 	case "systemd":
-		want = append(want, dir+"/usr/lib", dir+"/usr/lib/sysctl.d", "-rw-r--r-- /usr/lib/sysctl.d/60-unwound.conf")
+		want = append(want, dir+"/usr/lib", dir+"/usr/lib/sysctl.d", "-rw-r--r-- /usr/lib/sysctl.d/60-unwound.conf",
+			dir+"/usr/lib/systemd", dir+"/usr/lib/systemd/system",
+			"-rw-r--r-- /usr/lib/systemd/system/unwound-coredump.socket",
+			"-rw-r--r-- /usr/lib/systemd/system/unwound-coredump.service")
 		if uploader {
-			want = append(want, dir+"/usr/lib/systemd", dir+"/usr/lib/systemd/system",
-				"-rw-r--r-- /usr/lib/systemd/system/unwound-uploader.service",
+			want = append(want, "-rw-r--r-- /usr/lib/systemd/system/unwound-uploader.service",
 				"-rw-r--r-- /usr/lib/systemd/system/unwound-upload-once.service",
 				"-rw-r--r-- /usr/lib/systemd/system/unwound-upload-once.timer")
 		}
@@ -189,9 +193,7 @@ func TestInstall(t *testing.T) {
 			case "sysvinit":
 				checkInitScript(t, dest)
 			case "systemd":
-				if uploader {
-					checkUnits(t, dest)
-				}
+				checkUnits(t, dest)
 			}
 		})
 	}
@@ -595,4 +597,109 @@ func TestDistLeavesCollectorOut(t *testing.T) {
 	if !strings.Contains(string(out), "usage: unwound minidebuginfo") {
 		t.Errorf("unwound minidebuginfo from the tarball:\n%s", out)
 	}
+}
+
+// TestInstallSocket: CORE_PATTERN_SOCKET=@@ points the sysctl file at the
+// coredump socket, installs the socket-activated units (verified with a
+// stand-in for systemd 262's systemd-coredump-register.service, which
+// they must be ordered after, with no cycle), and makes the init script
+// start the server, wait for its socket and only then write the line.
+func TestInstallSocket(t *testing.T) {
+	root := repoRoot(t)
+	t.Run("systemd", func(t *testing.T) {
+		dest := shortTemp(t)
+		out, err := makeIn(t, root, nil, "install", "DESTDIR="+dest, "INIT=systemd", "CORE_PATTERN_SOCKET=@@")
+		if err != nil {
+			t.Fatalf("make install: %v\n%s", err, out)
+		}
+		kv := sysctlConf(t, filepath.Join(dest, "usr/lib/sysctl.d/60-unwound.conf"))
+		if kv["kernel.core_pattern"] != "@@/run/unwound/coredump.sock" {
+			t.Errorf("60-unwound.conf: %v", kv)
+		}
+		sock, err := os.ReadFile(filepath.Join(dest, "usr/lib/systemd/system/unwound-coredump.socket"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"\nListenStream=/run/unwound/coredump.sock\n", "\nSocketMode=0600\n", "\nBacklog=4096\n",
+			"\nAfter=systemd-sysctl.service systemd-coredump-register.service\n",
+			`echo "@@/run/unwound/coredump.sock" > /proc/sys/kernel/core_pattern`,
+		} {
+			if !bytes.Contains(sock, []byte(want)) {
+				t.Errorf("unwound-coredump.socket lacks %q", want)
+			}
+		}
+		if bytes.Contains(sock, []byte("@SOCKET@")) || bytes.Contains(sock, []byte("@CONFIG@")) {
+			t.Errorf("unsubstituted template:\n%s", sock)
+		}
+		// systemd 262's unit as far as ordering goes: it runs once early
+		// and writes its own line.
+		stub := filepath.Join(dest, "usr/lib/systemd/system/systemd-coredump-register.service")
+		os.WriteFile(stub, []byte("[Unit]\nDescription=stand-in\nDefaultDependencies=no\nAfter=systemd-sysctl.service\nBefore=sysinit.target\n[Service]\nType=oneshot\nExecStart=/bin/true\n[Install]\nWantedBy=sysinit.target\n"), 0o644)
+		checkUnits(t, dest)
+	})
+	t.Run("sysvinit", func(t *testing.T) {
+		dest := shortTemp(t)
+		out, err := makeIn(t, root, nil, "install", "DESTDIR="+dest, "INIT=sysvinit", "CORE_PATTERN_SOCKET=@@")
+		if err != nil {
+			t.Fatalf("make install: %v\n%s", err, out)
+		}
+		if kv := sysctlConf(t, filepath.Join(dest, "etc/sysctl.d/60-unwound.conf")); kv["kernel.core_pattern"] != "@@/run/unwound/coredump.sock" {
+			t.Errorf("60-unwound.conf: %v", kv)
+		}
+		script, err := os.ReadFile(filepath.Join(dest, "etc/init.d/unwound"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(script, []byte("\nSOCKET=@@\n")) || !bytes.Contains(script, []byte("\nSOCKET_PATH=/run/unwound/coredump.sock\n")) {
+			t.Fatalf("init script has no socket settings")
+		}
+		if _, err := exec.LookPath("dash"); err != nil {
+			t.Skip("no dash")
+		}
+		fake := t.TempDir()
+		for _, d := range []string{"kernel", "fs"} {
+			os.MkdirAll(filepath.Join(fake, "proc/sys", d), 0o755)
+		}
+		sockPath := filepath.Join(fake, "s.sock")
+		cfg := filepath.Join(fake, "u.toml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("[queue]\ndir = %q\nallow_volatile = true\n[rate_limit]\nstate_dir = %q\n", fake, fake)), 0o644)
+		s := string(script)
+		for _, r := range [][2]string{
+			{"HANDLER=/usr/bin/", "HANDLER=" + dest + "/usr/bin/"},
+			{"UPLOADER=/usr/bin/unwound-uploader", "UPLOADER=/nonexistent"},
+			{"CONFIG=/etc/unwound/unwound.toml", "CONFIG=" + cfg},
+			{"PROC_SYS=/proc/sys", "PROC_SYS=" + fake + "/proc/sys"},
+			{"SOCKET_PATH=/run/unwound/coredump.sock", "SOCKET_PATH=" + sockPath},
+			{`SERVER_PIDFILE="/var/run/`, `SERVER_PIDFILE="` + fake + "/"},
+			{`PIDFILE="/var/run/`, `PIDFILE="` + fake + "/"},
+			{"/etc/default/$DAEMON", fake + "/default"},
+		} {
+			s = strings.Replace(s, r[0], r[1], 1)
+		}
+		path := filepath.Join(fake, "unwound")
+		os.WriteFile(path, []byte(s), 0o755)
+		started, err := exec.Command("dash", path, "start").CombinedOutput()
+		pidfile := filepath.Join(fake, "unwound-coredump.pid")
+		defer func() {
+			if b, err := os.ReadFile(pidfile); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					syscall.Kill(pid, syscall.SIGTERM)
+				}
+			}
+		}()
+		if err != nil {
+			t.Fatalf("init script start: %v\n%s", err, started)
+		}
+		if fi, err := os.Stat(sockPath); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+			t.Errorf("socket %s: %v %v", sockPath, fi, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(fake, "proc/sys/kernel/core_pattern")); string(b) != "@@"+sockPath+"\n" {
+			t.Errorf("core_pattern %q", b)
+		}
+		// A second start finds the server running and leaves it.
+		if out, err := exec.Command("dash", path, "start").CombinedOutput(); err != nil {
+			t.Errorf("second start: %v\n%s", err, out)
+		}
+	})
 }

@@ -362,7 +362,16 @@ func TestYoctoRecipe(t *testing.T) {
 	}
 
 	// Units named by the recipe are the ones make install installs.
-	for _, unit := range append(strings.Fields(v["SYSTEMD_SERVICE:${PN}"]), "unwound-upload-once.service", "unwound-upload-once.timer") {
+	units := []string{"unwound-upload-once.service", "unwound-upload-once.timer", "unwound-coredump.socket", "unwound-coredump.service"}
+	for _, u := range strings.Fields(v["SYSTEMD_SERVICE:${PN}"]) {
+		if !strings.HasPrefix(u, "${") { // ${UNWOUND_SOCKET_UNITS}: checked below
+			units = append(units, u)
+		}
+	}
+	if v["UNWOUND_SOCKET"] != "off" || !strings.Contains(v["UNWOUND_SOCKET_UNITS"], "'unwound-coredump.socket'") {
+		t.Errorf("UNWOUND_SOCKET = %q (want off by default), UNWOUND_SOCKET_UNITS = %q", v["UNWOUND_SOCKET"], v["UNWOUND_SOCKET_UNITS"])
+	}
+	for _, unit := range units {
 		if !fileExists(t, "packaging/systemd/"+unit) && !fileExists(t, "packaging/systemd/"+unit+".in") {
 			t.Errorf("recipe names %s, not in packaging/systemd", unit)
 		}
@@ -595,7 +604,8 @@ func TestBuildrootPackage(t *testing.T) {
 	}
 	tmpl := readRepo(t, "packaging/sysvinit/unwound.in")
 	r := strings.NewReplacer("@BINDIR@", "/usr/bin", "@CONFIG@", "/etc/unwound/unwound.toml",
-		"@QUEUE_DIR@", defaultQueueDir(t), "@CORE_PIPE_LIMIT@", "4")
+		"@QUEUE_DIR@", defaultQueueDir(t), "@CORE_PIPE_LIMIT@", "4",
+		"@SOCKET@", "/run/unwound/coredump.sock", "@CORE_PATTERN_SOCKET@", "off")
 	if got := readRepo(t, brPkg+name); got != r.Replace(tmpl) {
 		t.Errorf("%s differs from packaging/sysvinit/unwound.in with the default paths: regenerate it", name)
 	}

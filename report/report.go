@@ -96,6 +96,21 @@ type Report struct {
 	Dropped map[string]int `json:"dropped,omitempty"`
 
 	Handler Handler `json:"handler"`
+
+	// Container is where the process ran when that was not the handler's
+	// own pid or mount namespace (a container): absent otherwise, and in
+	// reports from handlers before it was added.
+	Container *Container `json:"container,omitempty"`
+}
+
+// Container names the container a crashed process ran in: its cgroup (v2)
+// path, which container runtimes name after the container, and the inode
+// numbers of its pid and mount namespaces (/proc/<pid>/ns/*), which tell
+// containers apart on one boot.
+type Container struct {
+	Cgroup string `json:"cgroup,omitempty"`
+	PidNS  uint64 `json:"pid_ns,omitempty"`
+	MntNS  uint64 `json:"mnt_ns,omitempty"`
 }
 
 // Release is the software the board runs: os-release(5)'s ID,

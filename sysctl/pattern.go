@@ -71,7 +71,11 @@ func KernelRelease() string {
 // PidfdSupported says whether a kernel release ("6.18.44-fc-v657",
 // "7.2.0-rc1") passes pidfds to pipe helpers: 6.16 or later. A release it
 // cannot read is taken as too old.
-func PidfdSupported(release string) bool {
+func PidfdSupported(release string) bool { return atLeast(release, PidfdKernel) }
+
+// atLeast says whether a kernel release is v or later; a release it
+// cannot read is taken as older.
+func atLeast(release string, v [2]int) bool {
 	major, rest, _ := strings.Cut(release, ".")
 	minor, _, _ := strings.Cut(rest, ".")
 	if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
@@ -82,7 +86,7 @@ func PidfdSupported(release string) bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	return ma > PidfdKernel[0] || ma == PidfdKernel[0] && mi >= PidfdKernel[1]
+	return ma > v[0] || ma == v[0] && mi >= v[1]
 }
 
 // ChoosePidfd decides whether the line asks for a pidfd: mode "on" and
@@ -140,11 +144,94 @@ func Check(procSys, handlerExe, configPath string, maxConcurrent int) []string {
 	if procSys == "" {
 		procSys = ProcSys
 	}
-	want := Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/"}
+	want := Want{Config: configPath, MaxConcurrent: maxConcurrent, Root: "/", Socket: os.Getenv(SocketEnv)}
 	if handlerExe != "" {
 		if p, err := Pattern(handlerExe, configPath); err == nil {
 			want.CorePattern = p
 		}
 	}
 	return Drift(Read(procSys), want)
+}
+
+// DefaultSocket is where the coredump socket server listens (the systemd
+// socket unit, the init script, `install --socket`): under /run, which
+// holds no symbolic link on the way (the kernel follows none).
+const DefaultSocket = "/run/unwound/coredump.sock"
+
+// SocketEnv names the socket the coredump socket server listens on, in
+// its environment and its children's, so that their drift check (Check)
+// takes a socket elsewhere than DefaultSocket as unwound's.
+const SocketEnv = "UNWOUND_COREDUMP_SOCKET"
+
+// SocketKernel is the first kernel release with the coredump socket
+// ("@/path"); SocketRequestKernel the first with its request protocol
+// ("@@/path"), which the server prefers: it asks the kernel to hold the
+// task until the stacks are read, whatever core_pipe_limit says.
+var (
+	SocketKernel        = [2]int{6, 16}
+	SocketRequestKernel = [2]int{6, 17}
+)
+
+// SocketPattern is the core_pattern for a coredump socket server at path:
+// "@@path" with request, else "@path".
+func SocketPattern(path string, request bool) (string, error) {
+	if !filepath.IsAbs(path) || strings.Contains(path, "..") {
+		return "", fmt.Errorf("coredump socket %q: the kernel takes an absolute path without \"..\"", path)
+	}
+	if len(path) >= 108 { // UNIX_PATH_MAX
+		return "", fmt.Errorf("coredump socket %q: longer than a socket address holds (107 bytes)", path)
+	}
+	if request {
+		return "@@" + path, nil
+	}
+	return "@" + path, nil
+}
+
+// SocketPath is the socket of an "@path" or "@@path" core_pattern (request
+// for "@@"), "" for any other pattern.
+func SocketPath(pattern string) (path string, request bool) {
+	p := strings.TrimSpace(pattern)
+	if strings.HasPrefix(p, "@@") {
+		return p[2:], true
+	}
+	if strings.HasPrefix(p, "@") {
+		return p[1:], false
+	}
+	return "", false
+}
+
+// SocketSupported says which coredump socket patterns a kernel release
+// takes: "@" (plain) from 6.16, "@@" (request) from 6.17.
+func SocketSupported(release string) (plain, request bool) {
+	return atLeast(release, SocketKernel), atLeast(release, SocketRequestKernel)
+}
+
+// ChooseSocket is the coredump socket pattern for a socket mode, "" for
+// the pipe: "off" (or "") never a socket; "@@" and "@" that form (a build
+// for an image whose kernel is known); "on" the best form the kernel
+// release takes ("@@" from 6.17, "@" on 6.16), an error before; "auto" the
+// same, the pipe before 6.16. release "" is the running kernel's.
+func ChooseSocket(mode, release, path string) (string, error) {
+	if path == "" {
+		path = DefaultSocket
+	}
+	switch mode {
+	case "off", "":
+		return "", nil
+	case "@@", "@":
+		return SocketPattern(path, mode == "@@")
+	case "on", "auto":
+		if release == "" {
+			release = KernelRelease()
+		}
+		plain, request := SocketSupported(release)
+		switch {
+		case request || plain:
+			return SocketPattern(path, request)
+		case mode == "auto":
+			return "", nil
+		}
+		return "", fmt.Errorf("socket on: kernel %s has no coredump socket (6.16 or later has)", release)
+	}
+	return "", fmt.Errorf("socket %q: want auto, on, off, @@ or @", mode)
 }

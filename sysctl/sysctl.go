@@ -105,6 +105,15 @@ func Describe(pattern string) string {
 	switch {
 	case Free(p):
 		return "the kernel's default (core files in the crashed process's directory)"
+	case strings.HasPrefix(p, "@"):
+		sock, _ := SocketPath(p)
+		switch sock {
+		case "/run/systemd/coredumpd/kernel":
+			return "systemd-coredumpd's coredump socket (" + sock + ")"
+		case DefaultSocket:
+			return "unwound's coredump socket server (" + sock + ")"
+		}
+		return "the coredump socket " + sock
 	case !strings.HasPrefix(p, "|"):
 		return "core files written to " + p
 	}
@@ -138,6 +147,11 @@ func Same(root, a, b string) bool {
 	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
 	if a == b {
 		return true
+	}
+	// The server speaks "@" and "@@" alike.
+	if sa, _ := SocketPath(a); sa != "" {
+		sb, _ := SocketPath(b)
+		return resolve(root, sa) == resolve(root, sb)
 	}
 	if !strings.HasPrefix(a, "|") || !strings.HasPrefix(b, "|") {
 		return false
@@ -208,6 +222,55 @@ type Want struct {
 	MaxConcurrent int
 	// Root resolves handler paths ("/" on the board).
 	Root string
+	// Socket is the coredump socket server's path (DefaultSocket when
+	// empty): an "@@" or "@" core_pattern naming it is unwound's.
+	Socket string
+}
+
+// socketDrift is the drift of a coredump socket pattern for sock: someone
+// else's socket, or unwound's with nothing there (the kernel then drops
+// every core without a word to anyone but its log).
+func socketDrift(v Values, w Want, sock string) []string {
+	want := w.Socket
+	if want == "" {
+		want = DefaultSocket
+	}
+	if sock != want {
+		return []string{fmt.Sprintf("%s is %q: %s, not unwound (want %q); crashes do not reach unwound (another tool overwrote it? `unwound-handler install` says who)",
+			CorePattern, v.CorePattern, Describe(v.CorePattern), "@@"+want)}
+	}
+	root := w.Root
+	if root == "" {
+		root = "/"
+	}
+	if fi, err := os.Stat(filepath.Join(root, sock)); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return []string{fmt.Sprintf("%s is %q but there is no socket at %s: the kernel drops every core (start unwound-coredump.socket, or unwound-handler --serve-coredump-socket %s)",
+			CorePattern, v.CorePattern, sock, sock)}
+	}
+	if root == "/" {
+		if b, err := os.ReadFile("/proc/net/unix"); err == nil && !UnixListening(b, sock) {
+			return []string{fmt.Sprintf("%s is %q but nothing listens at %s (a server that stopped left it): the kernel drops every core (start unwound-coredump.socket, or unwound-handler --serve-coredump-socket %s)",
+				CorePattern, v.CorePattern, sock, sock)}
+		}
+	}
+	return nil
+}
+
+// UnixListening says whether /proc/net/unix (text) lists a listening
+// socket bound at path: flag __SO_ACCEPTCON (0x10000). Read, never
+// connected to: a connection would look like a crash to the server.
+func UnixListening(text []byte, path string) bool {
+	for _, l := range strings.Split(string(text), "\n") {
+		f := strings.Fields(l)
+		// Num RefCount Protocol Flags Type St Inode Path
+		if len(f) < 8 || f[7] != path {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&0x10000 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Drift lists, one sentence each, how v differs from w. Nothing: all well.
@@ -216,7 +279,10 @@ func Drift(v Values, w Want) []string {
 	for _, err := range v.Errs {
 		out = append(out, fmt.Sprintf("cannot read the kernel's crash settings: %v", err))
 	}
-	if v.CorePattern != "" || len(v.Errs) == 0 {
+	sock, request := SocketPath(v.CorePattern)
+	if sock != "" {
+		out = append(out, socketDrift(v, w, sock)...)
+	} else if v.CorePattern != "" || len(v.Errs) == 0 {
 		ok := false
 		if w.CorePattern != "" {
 			ok = Same(w.Root, v.CorePattern, w.CorePattern)
@@ -237,7 +303,9 @@ func Drift(v Values, w Want) []string {
 		out = append(out, fmt.Sprintf("%s is %s, not %d: processes that changed credentials (daemons dropping root, setuid programs) are never dumped",
 			SuidDumpable, v.SuidDumpable, WantSuidDumpable))
 	}
-	if v.PipeLimit != "" {
+	// core_pipe_limit: a pipe's count of dumps waited for; under "@" only
+	// whether the kernel waits (fs/coredump.c); "@@" asks for itself.
+	if v.PipeLimit != "" && !request {
 		n, err := strconv.Atoi(v.PipeLimit)
 		switch {
 		case err != nil:
@@ -245,7 +313,7 @@ func Drift(v Values, w Want) []string {
 		case n == 0:
 			out = append(out, fmt.Sprintf("%s is 0: the kernel does not wait for the handler, and the crashed process may be gone before its stacks are read (want %d)",
 				PipeLimit, DefaultPipeLimit))
-		case w.MaxConcurrent > 0 && n <= w.MaxConcurrent:
+		case sock == "" && w.MaxConcurrent > 0 && n <= w.MaxConcurrent:
 			out = append(out, fmt.Sprintf("%s is %d, not above rate_limit.max_concurrent (%d): in a crash storm the kernel drops dumps before the handler can count them (want %d)",
 				PipeLimit, n, w.MaxConcurrent, DefaultPipeLimit))
 		}

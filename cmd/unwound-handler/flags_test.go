@@ -15,7 +15,7 @@ import (
 
 func mainValues(o mainOptions, args func() []string) func() string {
 	return func() string {
-		return fmt.Sprint(*o.config, *o.coreFile, *o.exe, *o.sysroot, *o.pattern, *o.printJSON, *o.version, *o.pidfd, args())
+		return fmt.Sprint(*o.config, *o.coreFile, *o.exe, *o.sysroot, *o.pattern, *o.printJSON, *o.version, *o.pidfd, *o.socket, *o.serve, args())
 	}
 }
 
@@ -40,14 +40,14 @@ func ourMain(out *bytes.Buffer) (*flagSet, func() string) {
 func stdInstall(out *bytes.Buffer, cmd string) (*flag.FlagSet, func() string) {
 	fs := flag.NewFlagSet("unwound-handler "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
-	root, force, cfg, limit, pidfd := defineInstall(fs, cmd, "/etc/u.toml")
-	return fs, func() string { return fmt.Sprint(*root, *force, *cfg, *limit, *pidfd, fs.Args()) }
+	root, force, cfg, limit, pidfd, socket := defineInstall(fs, cmd, "/etc/u.toml")
+	return fs, func() string { return fmt.Sprint(*root, *force, *cfg, *limit, *pidfd, *socket, fs.Args()) }
 }
 
 func ourInstall(out *bytes.Buffer, cmd string) (*flagSet, func() string) {
 	fs := newFlagSet("unwound-handler "+cmd, out)
-	root, force, cfg, limit, pidfd := defineInstall(fs, cmd, "/etc/u.toml")
-	return fs, func() string { return fmt.Sprint(*root, *force, *cfg, *limit, *pidfd, fs.Args()) }
+	root, force, cfg, limit, pidfd, socket := defineInstall(fs, cmd, "/etc/u.toml")
+	return fs, func() string { return fmt.Sprint(*root, *force, *cfg, *limit, *pidfd, *socket, fs.Args()) }
 }
 
 func TestFlagsMatchPackageFlag(t *testing.T) {

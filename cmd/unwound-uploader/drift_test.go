@@ -38,3 +38,41 @@ func TestUploaderLogsDrift(t *testing.T) {
 		t.Errorf("uploader log:\n%s", out.String())
 	}
 }
+
+// TestUploaderLogsSocketDrift: with unwound's coredump socket line and no
+// socket there (the server is not running), the kernel writes nothing
+// anywhere; the uploader says so at start. A socket line of another tool
+// is named as such.
+func TestUploaderLogsSocketDrift(t *testing.T) {
+	if _, err := os.Stat("/run/unwound/coredump.sock"); err == nil {
+		t.Skip("a coredump socket server runs here")
+	}
+	for pattern, want := range map[string]string{
+		"@@/run/unwound/coredump.sock":    "but there is no socket at /run/unwound/coredump.sock: the kernel drops every core",
+		"@@/run/systemd/coredumpd/kernel": "systemd-coredumpd's coredump socket",
+	} {
+		dir := t.TempDir()
+		for rel, v := range map[string]string{"kernel/core_pattern": pattern, "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
+			os.MkdirAll(filepath.Join(dir, "proc", filepath.Dir(rel)), 0o755)
+			os.WriteFile(filepath.Join(dir, "proc", rel), []byte(v+"\n"), 0o644)
+		}
+		q := filepath.Join(dir, "queue")
+		os.Mkdir(q, 0o700)
+		cfg := filepath.Join(dir, "unwound.toml")
+		os.WriteFile(cfg, []byte("[queue]\ndir = \""+q+"\"\nallow_volatile = true\n[upload]\nurl = \"http://127.0.0.1:9/\"\n"), 0o644)
+		procSys = filepath.Join(dir, "proc")
+		var out bytes.Buffer
+		log.SetOutput(&out)
+		rc := run([]string{"--config", cfg, "--once"})
+		log.SetOutput(os.Stderr)
+		procSys = ""
+		if rc != 0 {
+			t.Fatalf("--once: %d\n%s", rc, out.String())
+		}
+		// core_pipe_limit 0 is no drift under @@: the server asks the
+		// kernel to wait.
+		if !strings.Contains(out.String(), want) || strings.Count(out.String(), "drift: ") != 1 {
+			t.Errorf("%s: uploader log lacks %q (or has more):\n%s", pattern, want, out.String())
+		}
+	}
+}

@@ -61,6 +61,13 @@ type Options struct {
 	// (%F): "on", "off", or "auto" (or ""): on when the running kernel is
 	// 6.16 or later, off for a staged root (its kernel is not this one).
 	Pidfd string
+	// Socket points core_pattern at the coredump socket server instead of
+	// the pipe (sysctl.ChooseSocket): "off" (or ""), "auto" (the running
+	// kernel has the socket, 6.16+; off for a staged root), "on", or the
+	// form itself, "@@" (6.17+) or "@" (6.16).
+	Socket string
+	// SocketPath is where the server listens (sysctl.DefaultSocket).
+	SocketPath string
 	// KernelRelease is the release "auto" decides by; "" is the running
 	// kernel's (tests set it).
 	KernelRelease string
@@ -135,6 +142,20 @@ func (o *Options) Pattern() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	smode := o.Socket
+	if o.Root != "/" {
+		// A staged root boots another kernel: the image's build says
+		// (make install CORE_PATTERN_SOCKET=@@).
+		switch smode {
+		case "auto":
+			smode = "off"
+		case "on":
+			smode = "@@"
+		}
+	}
+	if p, err := sysctl.ChooseSocket(smode, o.KernelRelease, o.SocketPath); p != "" || err != nil {
+		return p, err
+	}
 	mode := o.Pidfd
 	if (mode == "auto" || mode == "") && o.Root != "/" {
 		// A staged root boots another kernel: the image's build says
@@ -194,7 +215,12 @@ func Render(pattern, exe, cfg string, pipeLimit int, previous []sysctl.KV) []byt
 	var b bytes.Buffer
 	fmt.Fprintln(&b, Marker)
 	fmt.Fprintln(&b, "# Sorts after systemd's 50-coredump.conf, so this core_pattern wins.")
-	fmt.Fprintf(&b, "# The line is what `%s --config %s --core-pattern` prints.\n", exe, cfg)
+	if sock, _ := sysctl.SocketPath(pattern); sock != "" {
+		fmt.Fprintf(&b, "# The coredump socket server listens at %s (unwound-coredump.socket, or the\n", sock)
+		fmt.Fprintln(&b, "# init script: `unwound-handler --serve-coredump-socket PATH`); docs/kernel-modes.md.")
+	} else {
+		fmt.Fprintf(&b, "# The line is what `%s --config %s --core-pattern` prints.\n", exe, cfg)
+	}
 	fmt.Fprintf(&b, "%s = %s\n", sysctl.CorePattern, pattern)
 	fmt.Fprintln(&b, "# The kernel waits for the handler (and keeps /proc/<pid> readable) for up to")
 	fmt.Fprintln(&b, "# this many dumps at once, and silently skips dumps beyond it. 0: no waiting.")
@@ -346,6 +372,11 @@ func Install(o Options) error {
 		return fmt.Errorf("applying the settings (are you root?): %w", err)
 	}
 	o.say("applied to the running kernel (%s)", o.ProcSys)
+	if sock, _ := sysctl.SocketPath(pattern); sock != "" {
+		if fi, err := os.Stat(o.host(sock)); err != nil || fi.Mode().Type() != os.ModeSocket {
+			o.say("warning: no coredump socket at %s yet: the kernel drops every core until the server listens (systemctl enable --now unwound-coredump.socket, or the init script)", sock)
+		}
+	}
 	return nil
 }
 

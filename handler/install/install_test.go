@@ -454,3 +454,75 @@ func TestInstallPidfdChoice(t *testing.T) {
 		t.Errorf("--pidfd sometimes accepted")
 	}
 }
+
+func TestInstallSocketChoice(t *testing.T) {
+	const exe = "/usr/bin/unwound-handler"
+	for _, tc := range []struct {
+		root, mode, release string
+		want                string // the pattern's start: "|" the pipe
+	}{
+		{"/", "", "6.18.0", "|"},
+		{"/", "off", "6.18.0", "|"},
+		{"/", "auto", "6.18.44-fc-v782", "@@/run/unwound/coredump.sock"},
+		{"/", "auto", "6.16.3", "@/run/unwound/coredump.sock"},
+		{"/", "auto", "6.12.40", "|"},
+		{"/", "on", "6.12.40", "error"},
+		{"/", "@", "6.18.0", "@/run/unwound/coredump.sock"},
+		{"staged", "auto", "6.18.0", "|"},
+		{"staged", "on", "6.1.0", "@@/run/unwound/coredump.sock"},
+		{"staged", "@", "6.1.0", "@/run/unwound/coredump.sock"},
+		{"/", "sometimes", "6.18.0", "error"},
+	} {
+		o := Options{Root: "/", Exe: exe, Config: "/etc/unwound/unwound.toml", Socket: tc.mode, KernelRelease: tc.release}
+		if tc.root == "staged" {
+			o.Root = t.TempDir()
+			o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
+			writeFile(t, o.Root, "usr/bin/unwound-handler", "")
+		}
+		p, err := o.Pattern()
+		switch {
+		case tc.want == "error":
+			if err == nil {
+				t.Errorf("%+v: %q accepted", tc, p)
+			}
+		case err != nil:
+			t.Errorf("%+v: %v", tc, err)
+		case tc.want == "|" && !strings.HasPrefix(p, "|"), tc.want != "|" && p != tc.want:
+			t.Errorf("%+v: %q, want %q", tc, p, tc.want)
+		}
+	}
+}
+
+// TestInstallApplySocket: install --socket writes and applies the socket
+// line, says that no server listens yet, and uninstall puts back the
+// previous line.
+func TestInstallApplySocket(t *testing.T) {
+	root := scratchRoot(t)
+	exe := filepath.Join(root, "usr/bin/unwound-handler")
+	proc := fakeProc(t, "core", "0", "0")
+	var log bytes.Buffer
+	o := Options{Root: root, ProcSys: proc, Exe: exe, Socket: "@@", Out: &log}
+	if err := Install(o); err != nil {
+		t.Fatal(err)
+	}
+	if v := sysctl.Read(proc); v.CorePattern != "@@"+sysctl.DefaultSocket {
+		t.Errorf("applied %q", v.CorePattern)
+	}
+	text, _ := os.ReadFile(filepath.Join(root, ConfPath))
+	if !strings.Contains(string(text), "kernel.core_pattern = @@"+sysctl.DefaultSocket+"\n") || !strings.Contains(string(text), "--serve-coredump-socket") {
+		t.Errorf("file:\n%s", text)
+	}
+	if !strings.Contains(log.String(), "no coredump socket at "+sysctl.DefaultSocket) {
+		t.Errorf("no warning about the missing server:\n%s", log.String())
+	}
+	// Installing again is not a foreign handler: the socket line is ours.
+	if err := Install(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(o); err != nil {
+		t.Fatal(err)
+	}
+	if v := sysctl.Read(proc); v.CorePattern != "core" {
+		t.Errorf("after uninstall: %q", v.CorePattern)
+	}
+}

@@ -4,7 +4,7 @@
 // from the same code (handler.CorePattern), so `make install` can write it
 // into sysctl.d at build time, on the build host, for any target.
 //
-//	go run ./packaging/corepattern -exe /usr/bin/unwound-handler -config /etc/unwound/unwound.toml [-pidfd on]
+//	go run ./packaging/corepattern -exe /usr/bin/unwound-handler -config /etc/unwound/unwound.toml [-pidfd on] [-socket @@]
 //
 // It exits with status 3 when no valid line exists for those paths (too
 // long, or characters the kernel would split on), so make install can tell
@@ -23,7 +23,23 @@ func main() {
 	exe := flag.String("exe", "", "absolute `path` the handler is installed at on the board")
 	cfg := flag.String("config", "", "configuration `file` on the board")
 	pidfd := flag.String("pidfd", "off", "ask the kernel for the crashed process's pidfd (%F, Linux 6.16+): `on` or off")
+	socket := flag.String("socket", "off", "point core_pattern at the coredump socket server instead: `@@` (Linux 6.17+), @ (6.16) or off")
+	socketPath := flag.String("socket-path", sysctl.DefaultSocket, "the coredump socket server's `path` on the board")
 	flag.Parse()
+	if *socket != "off" {
+		if *socket != "@@" && *socket != "@" {
+			// auto and on would ask the build host's kernel.
+			fmt.Fprintf(os.Stderr, "corepattern: -socket %q: want @@, @ or off\n", *socket)
+			os.Exit(3)
+		}
+		line, err := sysctl.ChooseSocket(*socket, "", *socketPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corepattern:", err)
+			os.Exit(3)
+		}
+		fmt.Println(line)
+		return
+	}
 	if *pidfd != "on" && *pidfd != "off" {
 		// auto would ask the build host's kernel, not the board's.
 		fmt.Fprintf(os.Stderr, "corepattern: -pidfd %q: want on or off\n", *pidfd)

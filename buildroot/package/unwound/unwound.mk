@@ -54,20 +54,24 @@ define UNWOUND_INSTALL_TARGET_CMDS
 		INIT=$(UNWOUND_INIT) \
 		INITSCRIPT= \
 		CORE_PATTERN_PIDFD=$(if $(BR2_PACKAGE_UNWOUND_PIDFD),on,off) \
+		CORE_PATTERN_SOCKET=$(if $(BR2_PACKAGE_UNWOUND_SOCKET),@@,off) \
 		PREBUILT=$(@D)/bin \
 		BOARD_CMDS="unwound-handler unwound-uploader"
 endef
 
+# With the socket server, the script's SOCKET=off becomes auto: @@ or @,
+# whichever the running kernel takes.
 define UNWOUND_INSTALL_INIT_SYSV
 	$(INSTALL) -D -m 0755 $(UNWOUND_PKGDIR)/S50unwound \
 		$(TARGET_DIR)/etc/init.d/S50unwound
+	$(if $(BR2_PACKAGE_UNWOUND_SOCKET),$(SED) 's/^SOCKET=off$$/SOCKET=auto/' $(TARGET_DIR)/etc/init.d/S50unwound)
 endef
 
 # Buildroot enables systemd units with `systemctl preset-all` when it makes
 # the image; this preset sorts before the catch-all ones.
 define UNWOUND_INSTALL_INIT_SYSTEMD
 	mkdir -p $(TARGET_DIR)/usr/lib/systemd/system-preset
-	echo "enable unwound-uploader.service" \
+	printf 'enable unwound-uploader.service\n$(if $(BR2_PACKAGE_UNWOUND_SOCKET),enable unwound-coredump.socket\n)' \
 		> $(TARGET_DIR)/usr/lib/systemd/system-preset/50-unwound.preset
 endef
 

@@ -69,6 +69,15 @@ UNWOUND_QUEUE_DIR ?= "/var/lib/unwound/queue"
 # empty --pidfd= and the handler runs as with "off".
 UNWOUND_PIDFD ?= "off"
 
+# "@@" when the image's kernel is 6.17 or later ("@" for 6.16): core_pattern
+# points at the coredump socket server instead of the pipe, so no process is
+# forked per crash. With systemd, unwound-coredump.socket is enabled and
+# starts the server on the first crash, ordered after systemd 262's
+# systemd-coredump-register.service; with sysvinit the init script starts it
+# (docs/kernel-modes.md). "off": the pipe.
+UNWOUND_SOCKET ?= "off"
+UNWOUND_SOCKET_UNITS = "${@'' if d.getVar('UNWOUND_SOCKET') == 'off' else 'unwound-coredump.socket'}"
+
 # Static binaries: no cgo, no PIE (fails without cgo on arm and riscv64),
 # no shared Go runtime. Not stripped here: the -dbg package gets the symbols.
 # do_compile and do_install are the recipe's own (go.bbclass's `go install`
@@ -106,6 +115,7 @@ do_install() {
         QUEUE_DIR=${UNWOUND_QUEUE_DIR} \
         INIT=${UNWOUND_INIT} \
         CORE_PATTERN_PIDFD=${UNWOUND_PIDFD} \
+        CORE_PATTERN_SOCKET=${UNWOUND_SOCKET} \
         PREBUILT=${B}/unwound-bin \
         BOARD_CMDS="unwound-handler unwound-uploader" \
         SYSTEMD_UNITDIR=${systemd_system_unitdir} \
@@ -113,7 +123,7 @@ do_install() {
         INITSCRIPT=unwound
 }
 
-SYSTEMD_SERVICE:${PN} = "unwound-uploader.service"
+SYSTEMD_SERVICE:${PN} = "unwound-uploader.service ${UNWOUND_SOCKET_UNITS}"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 INITSCRIPT_NAME = "unwound"
 INITSCRIPT_PARAMS = "defaults 25 75"
@@ -124,5 +134,7 @@ FILES:${PN} += "\
     ${sysconfdir}/sysctl.d/60-unwound.conf \
     ${systemd_system_unitdir}/unwound-upload-once.service \
     ${systemd_system_unitdir}/unwound-upload-once.timer \
+    ${systemd_system_unitdir}/unwound-coredump.socket \
+    ${systemd_system_unitdir}/unwound-coredump.service \
     ${UNWOUND_QUEUE_DIR} \
 "
