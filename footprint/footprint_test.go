@@ -42,8 +42,13 @@ const (
 // budgets keep the headroom they have with Go 1.22.12 over what Go 1.26.3
 // measured (6,946,978 B and 3,211,426 B).
 const (
-	toolchain126      = "go1.26.3"
-	handlerBudget126  = 3_300_000 // 3.0 MB before MiniDebugInfo (issue 17) and the unwinder's heuristics (issue 16)
+	toolchain126 = "go1.26.3"
+	// 3.0 MB before MiniDebugInfo (issue 17) and the unwinder's heuristics
+	// (issue 16); 3.3 MB after issue 25. Issue 28's coredump socket server
+	// (15 KB of code) with issue 29's pipeline and issue 25's last checks
+	// crossed two 64 KiB steps with Go 1.26 (the rodata 17 KB past its
+	// step), while Go 1.22.12 stays within its step (docs/design.md).
+	handlerBudget126  = 3_420_000
 	uploaderBudget126 = 7_300_000
 	serialBudget126   = 3_500_000 // -tags unwound_nohttp
 )

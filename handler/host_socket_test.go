@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/sysctl"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // socketHost is the coredump socket server on the host's own kernel:

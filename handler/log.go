@@ -76,10 +76,16 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // Infof logs progress worth keeping.
+//
+//go:noinline
 func (l *Logger) Infof(format string, args ...any) { l.log(prioInfo, format, args...) }
 
 // Warnf logs something that degraded the report.
+//
+//go:noinline
 func (l *Logger) Warnf(format string, args ...any) { l.log(prioWarning, format, args...) }
 
 // Errorf logs something that lost part of a report.
+//
+//go:noinline
 func (l *Logger) Errorf(format string, args ...any) { l.log(prioErr, format, args...) }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/coredumpsock"
-	"github.com/unwound-dev/unwound/sysctl"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/sysctl"
 )
 
 // BenchmarkSocketCrashToReap is BenchmarkCrashToReap's 1 GiB, 32-thread

@@ -92,6 +92,7 @@ func (s *Server) Close() {
 	}
 }
 
+//go:noinline
 func (s *Server) logf(format string, args ...any) {
 	if s.Logf != nil {
 		s.Logf(format, args...)

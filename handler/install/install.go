@@ -104,6 +104,7 @@ func (o *Options) norm() error {
 	return nil
 }
 
+//go:noinline
 func (o *Options) say(format string, args ...any) {
 	fmt.Fprintf(o.Out, format+"\n", args...)
 }
