@@ -166,9 +166,10 @@ func TestLabKernel7(t *testing.T) {
 	}
 }
 
-// labModes7 are TestLabKernel7's modes by default. Add "socket" once
-// unwound-handler has --serve-coredump-socket (issue 28, part 2).
-const labModes7 = "pidfd"
+// labModes7 are TestLabKernel7's modes by default: the pipe with the
+// kernel's pidfd, and the @@ coredump socket served by
+// unwound-handler --serve-coredump-socket.
+const labModes7 = "pidfd,socket"
 
 // labTest runs one guest and checks its crashes; it returns the figures
 // of those counted (the matrix's variants, issue 25's shapes) by
