@@ -68,9 +68,6 @@ type process struct {
 	// (or none): from then on nothing is read there.
 	pidfd  *pidfd
 	noProc bool
-
-	// cont is the container the process ran in (container.go).
-	cont *report.Container
 }
 
 // image is what was read of the crashed process: the core's notes, its

@@ -121,14 +121,14 @@ func TestUnixListening(t *testing.T) {
 	if !UnixListening(text, "/run/unwound/coredump.sock") || UnixListening(text, "/run/other.sock") || UnixListening(text, "/x") {
 		t.Error("UnixListening")
 	}
-	if b, err := os.ReadFile("/proc/net/unix"); err == nil {
+	if _, err := os.Stat("/proc/net/unix"); err == nil {
 		sock := filepath.Join(t.TempDir(), "l.sock")
 		l, err := net.Listen("unix", sock)
 		if err != nil {
 			t.Skip(err)
 		}
 		defer l.Close()
-		b, _ = os.ReadFile("/proc/net/unix")
+		b, _ := os.ReadFile("/proc/net/unix")
 		if !UnixListening(b, sock) {
 			t.Errorf("a listening socket at %s not found in /proc/net/unix", sock)
 		}
