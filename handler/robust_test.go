@@ -46,9 +46,16 @@ func TestStreamModeMatchesFileMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Through a pipe: a regular file on stdin is read as a file.
 		f, _ := os.Open(core)
-		o.CoreFile, o.Stdin = "-", f
+		pr, pw, _ := os.Pipe()
+		go func() {
+			io.Copy(pw, f)
+			pw.Close()
+		}()
+		o.CoreFile, o.Stdin = "-", pr
 		stream, err := Offline(o)
+		pr.Close()
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
