@@ -16,6 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // socketHost is the coredump socket server on the host's own kernel:
@@ -75,16 +76,11 @@ func newSocketHost(t *testing.T) *socketHost {
 	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", h.prog, h.prog+".c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	// The pattern's restore is set up first (installCorePattern with the
-	// current value), then the socket lines are tried: a kernel before
-	// 6.16 refuses both with EINVAL.
-	old, err := os.ReadFile(corePatternFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	installCorePattern(t, strings.TrimSpace(string(old)))
+	// The pattern's restore is set up first, then the socket lines are
+	// tried: a kernel before 6.16 refuses both with EINVAL.
+	set := testutil.SwapCorePattern(t)
 	for _, p := range []string{"@@" + h.sock, "@" + h.sock} {
-		if err := os.WriteFile(corePatternFile, []byte(p), 0o644); err == nil {
+		if err := set(p); err == nil {
 			h.pattern = p
 			break
 		}
@@ -246,7 +242,7 @@ func TestHostSocketStorm(t *testing.T) {
 		}
 	}
 	t.Logf("%d reports, %d live, in %v", len(got), live, time.Since(start))
-	if strings.Contains(h.srvLog.String(), "dropping") {
+	if strings.Contains(h.srvLog.String(), "dropping a core") {
 		t.Errorf("the server dropped cores:\n%s", h.srvLog)
 	}
 }

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 const corePatternFile = "/proc/sys/kernel/core_pattern"
@@ -23,33 +22,8 @@ const corePatternFile = "/proc/sys/kernel/core_pattern"
 // returns the function that restores the previous one. The restore also
 // runs on SIGINT/SIGTERM, so an interrupted test leaves the host as it was.
 func installCorePattern(t testing.TB, line string) {
-	old, err := os.ReadFile(corePatternFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restore := func() {
-		if err := os.WriteFile(corePatternFile, old, 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "RESTORE FAILED: write %q to %s: %v\n", old, corePatternFile, err)
-		}
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			restore()
-			fmt.Fprintf(os.Stderr, "%v: core_pattern restored\n", s)
-			os.Exit(1)
-		case <-done:
-		}
-	}()
-	t.Cleanup(func() {
-		restore()
-		signal.Stop(sigs)
-		close(done)
-	})
-	if err := os.WriteFile(corePatternFile, []byte(line), 0o644); err != nil {
+	t.Helper()
+	if err := testutil.SwapCorePattern(t)(line); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,19 +1,18 @@
 package coredumpsock
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-const corePatternFile = "/proc/sys/kernel/core_pattern"
 
 // hostServer runs a Server in this process on a socket in a temporary
 // directory and points the host's core_pattern at it ("@@", or "@" when
@@ -58,34 +57,9 @@ func hostServer(t *testing.T, s *Server) (crasher string) {
 		}
 	})
 
-	old, err := os.ReadFile(corePatternFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restore := func() {
-		if err := os.WriteFile(corePatternFile, old, 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "RESTORE FAILED: write %q to %s: %v\n", old, corePatternFile, err)
-		}
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case sig := <-sigs:
-			restore()
-			fmt.Fprintf(os.Stderr, "%v: core_pattern restored\n", sig)
-			os.Exit(1)
-		case <-done:
-		}
-	}()
-	t.Cleanup(func() {
-		restore()
-		signal.Stop(sigs)
-		close(done)
-	})
+	set := testutil.SwapCorePattern(t)
 	for _, p := range []string{"@@" + sock, "@" + sock} {
-		if err := os.WriteFile(corePatternFile, []byte(p), 0o644); err == nil {
+		if err := set(p); err == nil {
 			t.Logf("core_pattern %s", p)
 			return crasher
 		}
