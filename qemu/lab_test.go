@@ -166,10 +166,11 @@ func TestLabKernel7(t *testing.T) {
 	}
 }
 
-// labModes7 are TestLabKernel7's modes by default: the pipe with the
-// kernel's pidfd, and the @@ coredump socket served by
-// unwound-handler --serve-coredump-socket.
-const labModes7 = "pidfd,socket"
+// labModes7 are TestLabKernel7's modes by default: the @@ coredump socket
+// served by unwound-handler --serve-coredump-socket, which issue 28 asks
+// of make test. The pipe with the kernel's pidfd (pidfd) costs another
+// boot and gdb pass (about 2.5 minutes): UNWOUND_LAB_MODES=pidfd,socket.
+const labModes7 = "socket"
 
 // labTest runs one guest and checks its crashes; it returns the figures
 // of those counted (the matrix's variants, issue 25's shapes) by
