@@ -242,6 +242,9 @@ func TestHostSocketStorm(t *testing.T) {
 		}
 	}
 	t.Logf("%d reports, %d live, in %v", len(got), live, time.Since(start))
+	if n := strings.Count(h.srvLog.String(), "drift: "); n > 2*len(sysctl.Check("", "", "", 0))+2 {
+		t.Errorf("%d drift lines in a storm of %d crashes: checked once a minute, not once a crash", n, len(pids))
+	}
 	if strings.Contains(h.srvLog.String(), "dropping a core") {
 		t.Errorf("the server dropped cores:\n%s", h.srvLog)
 	}

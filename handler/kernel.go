@@ -3,6 +3,7 @@ package handler
 import (
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
@@ -49,6 +50,11 @@ func RunKernel(o KernelOptions) int {
 		stop()
 	}
 	e.drift = func() { LogDrift(e.log, o.ProcSys, o.ConfigPath, e.cfg.RateLimit.MaxConcurrent) }
+	if o.inProcess && !serverDrift.due(start) {
+		// The coredump socket server checks once a minute, not once a
+		// crash: a storm of 64 logged the same lines 64 times.
+		e.drift = nil
+	}
 	pfd := kernelPidfd(e.log, o.Pidfd, ka.PID)
 	in := pipeInput(o.Stdin, nil, ka, len(o.Args), pfd, start.Add(e.cfg.Handler.Deadline.D()))
 	// Under a crash storm, a handler the OOM killer takes first is
@@ -66,6 +72,29 @@ func RunKernel(o KernelOptions) int {
 	c.pipeline(work)
 	return 0
 }
+
+// serverDrift spaces the drift checks of a long-running server.
+var serverDrift driftClock
+
+// driftClock says when a drift check is due: at most once a minute.
+type driftClock struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (d *driftClock) due(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.last.IsZero() && now.Sub(d.last) < time.Minute {
+		return false
+	}
+	d.last = now
+	return true
+}
+
+// noDriftEnv, set in a supervised child's environment, says its server
+// checked for drift lately: the child does not.
+const noDriftEnv = "UNWOUND_NO_DRIFT"
 
 // LogDrift logs, one warning each, how the kernel's crash settings differ
 // from what this handler needs (Drift with this executable).

@@ -202,7 +202,12 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 			files = append(files, ch.pidf)
 		}
 	}
+	env := os.Environ()
+	if c.env.drift == nil {
+		env = append(env, noDriftEnv+"=1") // the server checked lately
+	}
 	ch.proc, err = os.StartProcess(o.Self, append([]string{o.Self, ChildFlag, o.ConfigPath}, o.Args...), &os.ProcAttr{
+		Env:   env,
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
@@ -355,6 +360,9 @@ func RunChild(o ChildOptions) int {
 	e, ka, notes, stop := startKernel(lg, o.Args[0], o.Args[1:], start, true)
 	defer stop()
 	e.drift = func() { LogDrift(lg, "", o.Args[0], e.cfg.RateLimit.MaxConcurrent) }
+	if os.Getenv(noDriftEnv) != "" {
+		e.drift = nil
+	}
 	e.inject = childInject()
 	e.parent = os.Getppid()
 	in := pipeInput(o.Stdin, br, ka, len(o.Args)-1, childPidfd(ka.PID), start.Add(e.cfg.Handler.Deadline.D()))

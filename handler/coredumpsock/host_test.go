@@ -13,7 +13,6 @@ import (
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-
 // hostServer runs a Server in this process on a socket in a temporary
 // directory and points the host's core_pattern at it ("@@", or "@" when
 // the kernel refuses that), restoring the pattern on every exit path
