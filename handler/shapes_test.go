@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
@@ -317,6 +318,38 @@ func TestEHABIGapWithoutCantUnwind(t *testing.T) {
 				t.Errorf("wrong frames (%d at high or medium trust): %s\nours: %s", trusted, strings.Join(fig.Cases, "; "), framesOf(got.Crashed()))
 			}
 			t.Logf("%d of gdb's %d frames: %s", fig.Equal, fig.Want, framesOf(got.Crashed()))
+		})
+	}
+}
+
+// TestARMLostReturnAddressNeedsSymbol: the stop for a return address no
+// longer saved decodes the PC's function from its start. On ARM neither a
+// call target nor an EXIDX_CANTUNWIND entry says whether Thumb or A32
+// code starts there: an -marm main, above a Thumb function of static
+// glibc that a bl targets, read as Thumb bytes decoded as A32, "saved no
+// return address", and the walk stopped three frames short of gdb's. In
+// the lab (real kernels) and here (qemu-user cores): every frame gdb has.
+func TestARMLostReturnAddressNeedsSymbol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
+	dir := fixture.Build(t, "arm")
+	b := fixture.Binary{Arch: "arm", Variant: "O2-static-marm-notables", Prog: "crash", Dir: dir}
+	for _, sc := range []string{"nullwrite", "nullfn"} {
+		t.Run(sc, func(t *testing.T) {
+			got, want := matrixCase(t, b, sc)
+			if want == nil {
+				t.Skip("no gdb walk of this core")
+			}
+			th := got.Crashed()
+			var fig fixture.Figures
+			if trusted := countFigures(t, &fig, b, sc, got, want); trusted > 0 || len(fig.Cases) > 0 {
+				t.Errorf("wrong frames (%d at high or medium trust): %s", trusted, strings.Join(fig.Cases, "; "))
+			}
+			if th.StopReason == unwind.StopUndefinedRA || fig.Equal < fig.Want {
+				t.Errorf("%d of gdb's %d frames, stop %s (%s)", fig.Equal, fig.Want, th.StopReason, th.StopDetail)
+			}
+			t.Logf("%d of gdb's %d frames: %s", fig.Equal, fig.Want, framesOf(th))
 		})
 	}
 }

@@ -143,6 +143,18 @@ func (prologueStrategy) lostRA(u *unwinder, f *frame) error {
 	b := f.m.Bias()
 	pc := f.cur.pc - b
 	start, ok := u.funcStart(f.m.File, lookupPC(f.cur)-b)
+	if a.ThumbBit {
+		// Neither a call target nor an index entry (EXIDX_CANTUNWIND
+		// fills gaps of several functions) says whether Thumb or A32
+		// code starts there, and bytes of one decoded as the other save
+		// nothing: an -marm main above a Thumb function of glibc read as
+		// a function that lost its return address. Only a symbol, in the
+		// PC's alignment, starts a function here.
+		start, ok = f.m.File.FuncStart(lookupPC(f.cur) - b)
+		if !f.cur.thumb && start%4 != 0 {
+			return nil
+		}
+	}
 	if !ok || pc <= start || pc-start > prologue.MaxCode {
 		return nil
 	}
