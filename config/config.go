@@ -67,6 +67,12 @@ type Handler struct {
 	// Supervise runs the unwinding in a child process, so that a fatal
 	// error in it still leaves a registers-only report.
 	Supervise bool `toml:"supervise"`
+	// SocketIdleExit is how long the coredump socket server, started by
+	// systemd's socket activation, stays with no crash in hand before it
+	// exits (systemd keeps the socket and starts it for the next crash).
+	// 0: it never exits. A server that bound its own socket never does.
+	// (Durations have no sign: a negative one is a parse error.)
+	SocketIdleExit Duration `toml:"socket_idle_exit"`
 	// DumpModePolicy is what becomes of processes dumped with %d other
 	// than 1 (changed credentials): report, registers, drop.
 	DumpModePolicy string `toml:"dump_mode_policy"`
@@ -133,6 +139,7 @@ func Default() *Config {
 			MemoryLimitMiB: 32,
 			Live:           true,
 			Supervise:      true,
+			SocketIdleExit: Duration(10 * time.Minute),
 			DumpModePolicy: "report",
 			StackScan:      true,
 		},

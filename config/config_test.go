@@ -125,3 +125,22 @@ func FuzzDuration(f *testing.F) {
 		}
 	})
 }
+
+// TestSocketIdleExit: handler.socket_idle_exit is 10 minutes by default,
+// "0" is never, and it has no sign.
+func TestSocketIdleExit(t *testing.T) {
+	if d := Default().Handler.SocketIdleExit.D(); d != 10*time.Minute {
+		t.Errorf("default %v, want 10m", d)
+	}
+	c, err := Parse("x", []byte("[handler]\nsocket_idle_exit = \"0\"\n"))
+	if err != nil || c.Handler.SocketIdleExit != 0 {
+		t.Errorf("\"0\": %v, %v", c.Handler.SocketIdleExit, err)
+	}
+	c, err = Parse("x", []byte("[handler]\nsocket_idle_exit = \"90s\"\n"))
+	if err != nil || c.Handler.SocketIdleExit.D() != 90*time.Second {
+		t.Errorf("\"90s\": %v, %v", c.Handler.SocketIdleExit, err)
+	}
+	if _, err := Parse("x", []byte("[handler]\nsocket_idle_exit = \"-1m\"\n")); err == nil || !strings.Contains(err.Error(), "handler.socket_idle_exit") {
+		t.Errorf("\"-1m\": err %v, want one naming the key", err)
+	}
+}

@@ -34,6 +34,9 @@ type KernelOptions struct {
 	// deadline (its server bounds each connection) nor make itself the
 	// OOM killer's first choice.
 	inProcess bool
+	// workers: the coredump socket server's pre-started worker, which a
+	// supervised crash takes before it starts a child (worker.go).
+	workers *workers
 }
 
 // RunKernel handles one crash piped by the kernel. It always returns 0: a

@@ -50,7 +50,13 @@ func Serve(o ServeOptions) int {
 		lg.Errorf("%v", err)
 	}
 	ln := coredumpsock.FromSystemd()
-	if ln == nil {
+	var idle time.Duration
+	if ln != nil {
+		// systemd keeps the socket and its backlog while the server is
+		// gone, and starts it again for the next crash: an idle server
+		// need not stay resident.
+		idle = cfg.Handler.SocketIdleExit.D()
+	} else {
 		if ln, err = coredumpsock.Listen(o.Socket, coredumpsock.DefaultBacklog); err != nil {
 			lg.Errorf("coredump socket: %v", err)
 			return 1
@@ -60,8 +66,15 @@ func Serve(o ServeOptions) int {
 	// takes this socket as unwound's.
 	os.Setenv(sysctl.SocketEnv, o.Socket)
 	pol := admitPolicy(cfg)
+	var ws *workers
+	if o.Self != "" && cfg.Handler.Supervise {
+		ws = &workers{self: o.Self, log: lg}
+		ws.refill()
+		defer ws.close()
+	}
 	srv := &coredumpsock.Server{
-		Handle:   func(c *coredumpsock.Conn) { serveConn(o, c) },
+		Handle:   func(c *coredumpsock.Conn) { serveConn(o, c, ws) },
+		IdleExit: idle,
 		Deadline: cfg.Handler.Deadline.D(),
 		Grace:    2 * time.Second,
 		Logf:     lg.Warnf,
@@ -82,13 +95,16 @@ func Serve(o ServeOptions) int {
 	if n := srv.Dropped.Load(); n > 0 {
 		lg.Warnf("coredump socket server: %d cores dropped", n)
 	}
+	if srv.Idle() {
+		lg.Infof("coredump socket server: idle for %v, exiting (systemd keeps the socket)", idle)
+	}
 	return 0
 }
 
 // serveConn hands one connection to the pipe mode's path: the arguments
 // core_pattern's specifiers would give (sysctl.PatternSpecifiers), as far
 // as the peer tells them, and its pidfd.
-func serveConn(o ServeOptions, c *coredumpsock.Conn) {
+func serveConn(o ServeOptions, c *coredumpsock.Conn, ws *workers) {
 	RunKernel(KernelOptions{
 		ConfigPath: o.ConfigPath,
 		Args:       connArgs(c),
@@ -98,6 +114,7 @@ func serveConn(o ServeOptions, c *coredumpsock.Conn) {
 		Pidfd:      strconv.Itoa(c.Pidfd),
 		Self:       o.Self,
 		inProcess:  true,
+		workers:    ws,
 	})
 }
 

@@ -156,6 +156,7 @@ type child struct {
 	stderr  *headWriter
 	done    chan waitResult
 	pidf    *os.File // a copy of the crashed process's pidfd for the child
+	ctl     *os.File // a pre-started worker's control socket (worker.go)
 }
 
 // waitResult is how the child ended, once its stderr is drained.
@@ -164,8 +165,22 @@ type waitResult struct {
 	err   error
 }
 
-// startChild starts the child on the pipe; it returns why not on failure.
+// startChild starts the child on the pipe, or hands the crash to the
+// coredump socket server's idle worker; it returns why not on failure.
 func (c *crash) startChild(o KernelOptions) (*child, string) {
+	if o.workers != nil {
+		if ch := o.workers.take(); ch != nil {
+			if err := ch.assign(c, o); err == nil {
+				c.env.log.Infof("pid %d: unwinding in the pre-started worker %d", c.proc.pid, ch.proc.Pid)
+				return ch, ""
+			} else {
+				c.env.log.Warnf("pid %d: the pre-started worker %d: %v; starting a child", c.proc.pid, ch.proc.Pid, err)
+				ch.proc.Kill()
+			}
+		} else {
+			c.env.log.Infof("pid %d: no pre-started worker idle; starting a child", c.proc.pid)
+		}
+	}
 	hand, handW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Sprintf("supervisor: %v", err)
@@ -221,16 +236,7 @@ func (c *crash) startChild(o KernelOptions) (*child, string) {
 	}
 	// With the log on stderr (UNWOUND_LOG_STDERR) the child's lines go
 	// there too, as they would unsupervised.
-	var sink io.Writer = ch.stderr
-	if w := c.env.log.passthrough(); w != nil {
-		sink = io.MultiWriter(ch.stderr, w)
-	}
-	go func() {
-		io.Copy(sink, errR)
-		errR.Close()
-		st, err := ch.proc.Wait()
-		ch.done <- waitResult{st, err}
-	}()
+	ch.collect(errR, c.env.log)
 	return ch, ""
 }
 
@@ -345,6 +351,18 @@ func RunChild(o ChildOptions) int {
 	if len(o.Args) < 1 {
 		lg.Errorf("%s: no config argument", ChildFlag)
 		return 2
+	}
+	if o.Args[0] == workerArg {
+		// A pre-started worker (worker.go): idle until a crash comes.
+		args, err := awaitWork(o.Handoff)
+		if err == io.EOF {
+			return 0
+		}
+		if err != nil {
+			lg.Errorf("%s: %v", workerArg, err)
+			return 2
+		}
+		o.Args = args
 	}
 	br := bufio.NewReaderSize(o.Handoff, 4096)
 	line, err := br.ReadSlice('\n')

@@ -76,11 +76,29 @@ type Server struct {
 	Drop func(reason string)
 	// Dropped counts the cores turned away.
 	Dropped atomic.Int64
+	// IdleExit, when positive, makes Serve return once no connection has
+	// been in hand for that long (socket activation: systemd keeps the
+	// socket, and the backlog, for the next server).
+	IdleExit time.Duration
+
+	last atomic.Int64 // UnixNano when the last connection ended
+	idle atomic.Bool
 
 	wg       sync.WaitGroup
 	inflight chan struct{}
 	closing  atomic.Bool
 	ln       atomic.Pointer[os.File]
+}
+
+// Idle says Serve returned for IdleExit.
+func (s *Server) Idle() bool { return s.idle.Load() }
+
+// idleUntil is when the server may exit for being idle.
+func (s *Server) idleUntil() time.Time {
+	if len(s.inflight) > 0 {
+		return time.Now().Add(s.IdleExit)
+	}
+	return time.Unix(0, s.last.Load()).Add(s.IdleExit)
 }
 
 // Close stops the accept loop; Serve returns once the connections in
@@ -196,7 +214,11 @@ func (s *Server) Serve(ln *os.File) error {
 		return err
 	}
 	defer s.wg.Wait()
+	s.last.Store(time.Now().UnixNano())
 	for {
+		if s.IdleExit > 0 {
+			ln.SetReadDeadline(s.idleUntil())
+		}
 		var nfd int
 		var aerr error
 		err := rc.Read(func(fd uintptr) bool {
@@ -206,6 +228,15 @@ func (s *Server) Serve(ln *os.File) error {
 		if err != nil {
 			if s.closing.Load() {
 				return nil
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Past the deadline with nothing in hand: whatever
+				// connects from now on waits in the backlog.
+				if len(s.inflight) == 0 && !time.Now().Before(s.idleUntil()) {
+					s.idle.Store(true)
+					return nil
+				}
+				continue
 			}
 			return err
 		}
@@ -231,7 +262,7 @@ func (s *Server) Serve(ln *os.File) error {
 		}
 		s.wg.Add(1)
 		go func() {
-			defer func() { <-s.inflight; s.wg.Done() }()
+			defer func() { s.last.Store(time.Now().UnixNano()); <-s.inflight; s.wg.Done() }()
 			s.serve(nfd, accepted)
 		}()
 	}

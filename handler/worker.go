@@ -1,0 +1,275 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The coredump socket server's pre-started worker (docs/kernel-modes.md,
+// "The pre-started worker"). A supervised crash costs the pipe mode a
+// fork and exec of the child, and the child's runtime start, while the
+// crashed process is held. The server pays that before the crash instead:
+// it keeps one supervised child already exec'd and idle, blocked on a
+// socket pair, and a crash hands it the same descriptors a fresh child
+// gets (the core stream, the hand-over, the status pipe, the pidfd) with
+// SCM_RIGHTS. From there the worker is the supervised child (RunChild)
+// and the parent supervises it as one (wait, kill past the deadline, the
+// registers-only report): only the start differs. A worker serves one
+// crash; the next is started right after, in the background. A crash
+// that finds none idle (a storm) starts a child as the pipe mode does.
+
+// workerArg, after ChildFlag, makes the child a pre-started worker: its
+// control socket on fd 3, /dev/null on fds 4 and 5 to keep them free for
+// what it is handed.
+const workerArg = "--worker"
+
+// workers keeps at most one idle worker.
+type workers struct {
+	self, config string
+	log          *Logger
+	mu           sync.Mutex
+	idle         *child
+	starting     bool
+	closed       bool
+}
+
+// take returns the idle worker, nil when there is none, and starts the
+// next one.
+func (ws *workers) take() *child {
+	ws.mu.Lock()
+	ch := ws.idle
+	ws.idle = nil
+	ws.mu.Unlock()
+	ws.refill()
+	return ch
+}
+
+// refill starts a worker in the background unless one is idle or
+// starting. A worker that fails to start is not retried until the next
+// crash: a broken binary costs one fork per crash, as the pipe mode's.
+func (ws *workers) refill() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.idle != nil || ws.starting || ws.closed {
+		return
+	}
+	ws.starting = true
+	go func() {
+		ch, err := ws.spawn()
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		ws.starting = false
+		if err != nil {
+			ws.log.Warnf("coredump socket: cannot pre-start a worker: %v", err)
+			return
+		}
+		if ws.closed {
+			ch.ctl.Close() // the worker exits when its socket closes
+			return
+		}
+		ws.idle = ch
+	}()
+}
+
+// close ends the idle worker (its control socket closes: it exits).
+func (ws *workers) close() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	if ws.idle != nil {
+		ws.idle.ctl.Close()
+		ws.idle = nil
+	}
+}
+
+// spawn starts a worker and waits until it says it is ready.
+func (ws *workers) spawn() (*child, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ctl, peer := os.NewFile(uintptr(fds[0]), "worker control"), os.NewFile(uintptr(fds[1]), "worker control")
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		closeAll(ctl, peer)
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(ctl, peer, null)
+		return nil, err
+	}
+	ch := &child{ctl: ctl, stderr: &headWriter{max: 8 << 10}, done: make(chan waitResult, 1)}
+	ch.proc, err = os.StartProcess(ws.self, []string{ws.self, ChildFlag, workerArg}, &os.ProcAttr{
+		Files: []*os.File{null, null, errW, peer, null, null},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	closeAll(peer, null, errW)
+	if err != nil {
+		closeAll(ctl, errR)
+		return nil, err
+	}
+	ch.collect(errR, ws.log)
+	// Ready: its runtime is up and it waits for work. A worker that
+	// dies, or hangs, before that is given up.
+	unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10})
+	var b [1]byte
+	if n, err := unix.Read(fds[0], b[:]); n != 1 {
+		ch.proc.Kill()
+		ctl.Close()
+		return nil, fmt.Errorf("the worker did not start (%v): %s", err, strings.TrimSpace(string(ch.stderr.Bytes())))
+	}
+	return ch, nil
+}
+
+// assign hands a crash to the worker: what a started child gets on fds
+// 0, 3, 4 and 5 and in its arguments. It returns why not on failure (the
+// caller then starts a child instead).
+func (ch *child) assign(c *crash, o KernelOptions) error {
+	defer ch.ctl.Close()
+	core := c.in.fd()
+	if core == nil {
+		return errors.New("no core descriptor")
+	}
+	hand, handW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer hand.Close()
+	statusR, status, err := os.Pipe()
+	if err != nil {
+		handW.Close()
+		return err
+	}
+	defer status.Close()
+	rights := []int{int(core.Fd()), int(hand.Fd()), int(status.Fd())}
+	if c.proc.pidfd != nil {
+		rights = append(rights, c.proc.pidfd.fd)
+	}
+	// The words: whether to skip the drift check (noDriftEnv), the
+	// config, the kernel's arguments.
+	drift := "1"
+	if c.env.drift == nil {
+		drift = "0"
+	}
+	msg := strings.Join(append([]string{drift, o.ConfigPath}, o.Args...), "\x00")
+	if err := sendFDs(int(ch.ctl.Fd()), []byte(msg), unix.UnixRights(rights...)); err != nil {
+		handW.Close()
+		statusR.Close()
+		return err
+	}
+	ch.handW, ch.statusR = handW, statusR
+	return nil
+}
+
+// collect copies the child's stderr into ch.stderr (and the log when it
+// is a plain stream), then waits for it.
+func (ch *child) collect(errR *os.File, lg *Logger) {
+	var sink io.Writer = ch.stderr
+	if w := lg.passthrough(); w != nil {
+		sink = io.MultiWriter(ch.stderr, w)
+	}
+	go func() {
+		io.Copy(sink, errR)
+		errR.Close()
+		st, err := ch.proc.Wait()
+		ch.done <- waitResult{st, err}
+	}()
+}
+
+// awaitWork is the worker's idle state: it says it is ready on ctl, then
+// waits for a crash, moves the descriptors it is handed to where a
+// started child has them, and returns the child's arguments (CONFIG
+// KERNEL-ARGS...). io.EOF: the server closed the socket (it exits, or
+// gave the worker up).
+func awaitWork(ctl *os.File) ([]string, error) {
+	fd := int(ctl.Fd())
+	if _, err := unix.Write(fd, []byte{'r'}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 16<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, err := recvFDs(fd, buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 && oobn == 0 {
+		return nil, io.EOF
+	}
+	var got []int
+	if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(cms) == 1 {
+		got, _ = unix.ParseUnixRights(&cms[0])
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(got) < 3 {
+		return nil, fmt.Errorf("the worker was handed %d bytes, %d descriptors (flags %#x)", n, len(got), flags)
+	}
+	// The received descriptors are above 5 (0 to 5 are held), so none is
+	// overwritten before it is moved.
+	for i, to := range []int{0, 3, 4, ChildPidfd} {
+		if i < len(got) {
+			err = unix.Dup3(got[i], to, unix.O_CLOEXEC)
+			unix.Close(got[i])
+		} else {
+			err = unix.Close(to)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	w := strings.Split(string(buf[:n]), "\x00")
+	if len(w) < 2 {
+		return nil, errors.New("the worker was handed no config")
+	}
+	if w[0] == "0" {
+		os.Setenv(noDriftEnv, "1")
+	}
+	return w[1:], nil
+}
+
+// sendFDs is sendmsg(2) without an address, and recvFDs recvmsg(2): x/sys
+// unix's own would link every socket address type (coredumpsock.accept
+// says the same).
+func sendFDs(fd int, p, oob []byte) error {
+	var iov unix.Iovec
+	iov.Base = &p[0]
+	iov.SetLen(len(p))
+	var m unix.Msghdr
+	m.Iov = &iov
+	m.SetIovlen(1)
+	m.Control = &oob[0]
+	m.SetControllen(len(oob))
+	_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), unix.MSG_NOSIGNAL)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func recvFDs(fd int, p, oob []byte) (n, oobn, flags int, err error) {
+	var iov unix.Iovec
+	iov.Base = &p[0]
+	iov.SetLen(len(p))
+	var m unix.Msghdr
+	m.Iov = &iov
+	m.SetIovlen(1)
+	m.Control = &oob[0]
+	m.SetControllen(len(oob))
+	for {
+		r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), unix.MSG_CMSG_CLOEXEC)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, 0, 0, e
+		}
+		return int(r), int(m.Controllen), int(m.Flags), nil
+	}
+}
