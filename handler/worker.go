@@ -123,9 +123,12 @@ func (ws *workers) spawn() (*child, error) {
 	unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10})
 	var b [1]byte
 	if n, err := unix.Read(fds[0], b[:]); n != 1 {
+		if err == nil {
+			err = errors.New("it exited")
+		}
 		ch.proc.Kill()
 		ctl.Close()
-		return nil, fmt.Errorf("the worker did not start (%v): %s", err, strings.TrimSpace(string(ch.stderr.Bytes())))
+		return nil, fmt.Errorf("the worker did not start: %v %s", err, strings.TrimSpace(string(ch.stderr.Bytes())))
 	}
 	return ch, nil
 }
