@@ -305,3 +305,46 @@ func atPath(path string) int {
 	}
 	return n
 }
+
+// TestHostSocketWorkerDies: the pre-started worker is supervised as a
+// started child is: one that hangs is killed a little after the deadline,
+// one that panics dies, and either way the server writes the
+// registers-only report from the notes it read (a handler built with
+// -tags unwoundfault, UNWOUND_FAULT in the server's environment, which
+// its workers inherit).
+func TestHostSocketWorkerDies(t *testing.T) {
+	h := newSocketHost(t)
+	b, err := os.ReadFile(handlerBinary(t, "unwoundfault"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := os.ReadFile(h.cfg)
+	os.WriteFile(h.cfg, bytes.Replace(text, []byte("[handler]\n"), []byte("[handler]\ndeadline = \"1s\"\n"), 1), 0o644)
+	for _, tc := range []struct{ fault, why string }{
+		{"hang", "the unwinding child overran the deadline and was killed"},
+		{"panic", "panic: unwoundfault: panic in a goroutine"},
+	} {
+		h.srv.Process.Signal(syscall.SIGTERM)
+		h.srv.Wait()
+		os.Remove(h.sock)
+		// A new file: the old server's worker may still run the old one.
+		h.bin = filepath.Join(h.dir, "unwound-handler-"+tc.fault)
+		if err := os.WriteFile(h.bin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("UNWOUND_FAULT", tc.fault)
+		h.start(t)
+		if workerOf(h.srv.Process.Pid, 0) == 0 {
+			t.Fatalf("no worker:\n%s", h.srvLog)
+		}
+		pid, took, _ := h.crash(t)
+		r := waitReport(t, h.q, pid)
+		t.Logf("%s: reaped after %v, mode %s, errors %q", tc.fault, took, r.Handler.Mode, r.Errors)
+		if r.Handler.Mode != "registers" || !strings.Contains(strings.Join(r.Errors, "\n"), tc.why) {
+			t.Errorf("%s: mode %s, errors %q; want registers, %q", tc.fault, r.Handler.Mode, r.Errors, tc.why)
+		}
+		if !strings.Contains(h.srvLog.String(), fmt.Sprintf("pid %d: unwinding in the pre-started worker", pid)) {
+			t.Errorf("%s: not in a worker:\n%s", tc.fault, h.srvLog)
+		}
+	}
+}
