@@ -116,6 +116,9 @@ func serveConn(o ServeOptions, c *coredumpsock.Conn, ws *workers) {
 		inProcess:  true,
 		workers:    ws,
 	})
+	if ws != nil {
+		ws.refill()
+	}
 }
 
 // connArgs are %P %I %s %t %d %c %E %e for the peer. The crashing

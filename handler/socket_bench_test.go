@@ -21,10 +21,11 @@ import (
 // BenchmarkSocketCrashToReap is BenchmarkCrashToReap's 1 GiB, 32-thread
 // crash through the coredump socket server (@@, or @ on 6.16), against
 // |/bin/true and pipe live mode, in one run: the server with the
-// supervised child (what ships) and without (handler.supervise = false,
-// the unwinding in the server's process). It also reports the server's
-// idle and peak RSS, and the time from a crash to its report when the
-// crash itself starts the server (socket activation, as systemd does it:
+// supervised child (what ships: a worker started ahead) and without
+// (handler.supervise = false, the unwinding in the server's process). It
+// also reports the server's idle and peak RSS, its idle worker's RSS, and
+// the time from a crash to its report when the crash itself starts the
+// server (socket activation, as systemd does it:
 // the socket listens, the first connection starts the service with the
 // socket as fd 3). Opt-in, root, a kernel with the socket:
 //
@@ -62,6 +63,7 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	inSrv := startServer(b, hbin, inCfg, inSock, nil)
 	time.Sleep(300 * time.Millisecond)
 	idle := vmRSS(srv.Process.Pid)
+	worker := vmRSS(workerOf(srv.Process.Pid, 0))
 
 	modes := []struct{ name, pattern string }{
 		{"true", "|/bin/true"},
@@ -130,6 +132,7 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	b.ReportMetric(ms(total["socket-inproc"])/ms(total["pipe-live"]), "socket-inproc/pipe-live")
 	b.ReportMetric(ms(total["socket"])/ms(total["true"]), "socket/true")
 	b.ReportMetric(float64(idle), "server-idle-rss-KiB")
+	b.ReportMetric(float64(worker), "worker-idle-rss-KiB")
 	b.ReportMetric(float64(peak), "server-peak-rss-KiB")
 	b.ReportMetric(float64(inPeak), "inproc-server-peak-rss-KiB")
 	b.ReportMetric(float64(firstReport.Microseconds())/1000, "activation-first-report-ms")

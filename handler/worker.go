@@ -23,7 +23,8 @@ import (
 // SCM_RIGHTS. From there the worker is the supervised child (RunChild)
 // and the parent supervises it as one (wait, kill past the deadline, the
 // registers-only report): only the start differs. A worker serves one
-// crash; the next is started right after, in the background. A crash
+// crash; the next is started once that crash is handled, in the
+// background. A crash
 // that finds none idle (a storm) starts a child as the pipe mode does.
 
 // workerArg, after ChildFlag, makes the child a pre-started worker: its
@@ -41,14 +42,14 @@ type workers struct {
 	closed       bool
 }
 
-// take returns the idle worker, nil when there is none, and starts the
-// next one.
+// take returns the idle worker, nil when there is none. The next one is
+// started once the crash is handled (serveConn): started now, its exec
+// and runtime start would take CPU from the crash held frozen.
 func (ws *workers) take() *child {
 	ws.mu.Lock()
+	defer ws.mu.Unlock()
 	ch := ws.idle
 	ws.idle = nil
-	ws.mu.Unlock()
-	ws.refill()
 	return ch
 }
 
