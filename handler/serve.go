@@ -117,7 +117,7 @@ func serveConn(o ServeOptions, c *coredumpsock.Conn, ws *workers) {
 		workers:    ws,
 	})
 	if ws != nil {
-		ws.refill()
+		ws.refillAfter(c.Pidfd)
 	}
 }
 

@@ -169,16 +169,15 @@ type waitResult struct {
 // coredump socket server's idle worker; it returns why not on failure.
 func (c *crash) startChild(o KernelOptions) (*child, string) {
 	if o.workers != nil {
-		if ch := o.workers.take(); ch != nil {
-			if err := ch.assign(c, o); err == nil {
-				c.env.log.Infof("pid %d: unwinding in the pre-started worker %d", c.proc.pid, ch.proc.Pid)
-				return ch, ""
-			} else {
-				c.env.log.Warnf("pid %d: the pre-started worker %d: %v; starting a child", c.proc.pid, ch.proc.Pid, err)
-				ch.proc.Kill()
-			}
-		} else {
+		ch := o.workers.take()
+		if ch == nil {
 			c.env.log.Infof("pid %d: no pre-started worker idle; starting a child", c.proc.pid)
+		} else if err := ch.assign(c, o); err != nil {
+			c.env.log.Warnf("pid %d: the pre-started worker %d: %v; starting a child", c.proc.pid, ch.proc.Pid, err)
+			ch.proc.Kill()
+		} else {
+			c.env.log.Infof("pid %d: unwinding in the pre-started worker %d", c.proc.pid, ch.proc.Pid)
+			return ch, ""
 		}
 	}
 	hand, handW, err := os.Pipe()
