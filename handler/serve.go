@@ -50,8 +50,9 @@ func Serve(o ServeOptions) int {
 		lg.Errorf("%v", err)
 	}
 	ln := coredumpsock.FromSystemd()
+	activated := ln != nil
 	var idle time.Duration
-	if ln != nil {
+	if activated {
 		// systemd keeps the socket and its backlog while the server is
 		// gone, and starts it again for the next crash: an idle server
 		// need not stay resident.
@@ -69,7 +70,12 @@ func Serve(o ServeOptions) int {
 	var ws *workers
 	if o.Self != "" && cfg.Handler.Supervise {
 		ws = &workers{self: o.Self, log: lg}
-		ws.refill()
+		if !activated {
+			// Activated, the server was started by a crash that waits:
+			// a worker's exec now would compete with it. The first
+			// comes once that crash is handled (serveConn).
+			ws.refill()
+		}
 		defer ws.close()
 	}
 	srv := &coredumpsock.Server{
