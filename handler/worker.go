@@ -94,7 +94,9 @@ func (ws *workers) refillAfter(pidfd int) {
 		return
 	}
 	go func() {
-		unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000)
+		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		ts := unix.Timespec{Sec: 10}
+		unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 		unix.Close(fd)
 		ws.refill()
 	}()
@@ -184,8 +186,8 @@ func (ch *child) assign(c *crash, o KernelOptions) error {
 	if c.env.drift == nil {
 		drift = "0"
 	}
-	msg := strings.Join(append([]string{drift, o.ConfigPath}, o.Args...), "\x00")
-	if err := sendFDs(int(ch.ctl.Fd()), []byte(msg), unix.UnixRights(rights...)); err != nil {
+	words := strings.Join(append([]string{drift, o.ConfigPath}, o.Args...), "\x00")
+	if _, _, _, err := msg(unix.SYS_SENDMSG, int(ch.ctl.Fd()), []byte(words), unix.UnixRights(rights...), unix.MSG_NOSIGNAL); err != nil {
 		handW.Close()
 		statusR.Close()
 		return err
@@ -221,7 +223,7 @@ func awaitWork(ctl *os.File) ([]string, error) {
 	}
 	buf := make([]byte, 16<<10)
 	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, flags, err := recvFDs(fd, buf, oob)
+	n, oobn, flags, err := msg(unix.SYS_RECVMSG, fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +235,7 @@ func awaitWork(ctl *os.File) ([]string, error) {
 		got, _ = unix.ParseUnixRights(&cms[0])
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(got) < 3 {
-		return nil, fmt.Errorf("the worker was handed %d bytes, %d descriptors (flags %#x)", n, len(got), flags)
+		return nil, errors.New("the worker was handed too much, or too few descriptors")
 	}
 	// The received descriptors are above 5 (0 to 5 are held), so none is
 	// overwritten before it is moved.
@@ -258,26 +260,10 @@ func awaitWork(ctl *os.File) ([]string, error) {
 	return w[1:], nil
 }
 
-// sendFDs is sendmsg(2) without an address, and recvFDs recvmsg(2): x/sys
-// unix's own would link every socket address type (coredumpsock.accept
-// says the same).
-func sendFDs(fd int, p, oob []byte) error {
-	var iov unix.Iovec
-	iov.Base = &p[0]
-	iov.SetLen(len(p))
-	var m unix.Msghdr
-	m.Iov = &iov
-	m.SetIovlen(1)
-	m.Control = &oob[0]
-	m.SetControllen(len(oob))
-	_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), unix.MSG_NOSIGNAL)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
-func recvFDs(fd int, p, oob []byte) (n, oobn, flags int, err error) {
+// msg is sendmsg(2) or recvmsg(2) (sysno) of p with the control bytes
+// oob, without an address: x/sys unix's own would link every socket
+// address type (coredumpsock.accept says the same).
+func msg(sysno uintptr, fd int, p, oob []byte, flags uintptr) (n, oobn, mflags int, err error) {
 	var iov unix.Iovec
 	iov.Base = &p[0]
 	iov.SetLen(len(p))
@@ -287,7 +273,7 @@ func recvFDs(fd int, p, oob []byte) (n, oobn, flags int, err error) {
 	m.Control = &oob[0]
 	m.SetControllen(len(oob))
 	for {
-		r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), unix.MSG_CMSG_CLOEXEC)
+		r, _, e := unix.Syscall(sysno, uintptr(fd), uintptr(unsafe.Pointer(&m)), flags)
 		if e == unix.EINTR {
 			continue
 		}
