@@ -34,12 +34,13 @@ const workerArg = "--worker"
 
 // workers keeps at most one idle worker.
 type workers struct {
-	self, config string
-	log          *Logger
-	mu           sync.Mutex
-	idle         *child
-	starting     bool
-	closed       bool
+	self     string
+	log      *Logger
+	mu       sync.Mutex
+	idle     *child
+	starting bool
+	closed   bool
+	_        [0]func() // not comparable: no equality function linked
 }
 
 // take returns the idle worker, nil when there is none. The next one is
@@ -48,9 +49,9 @@ type workers struct {
 // frozen.
 func (ws *workers) take() *child {
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
 	ch := ws.idle
 	ws.idle = nil
+	ws.mu.Unlock()
 	return ch
 }
 
@@ -59,25 +60,25 @@ func (ws *workers) take() *child {
 // crash: a broken binary costs one fork per crash, as the pipe mode's.
 func (ws *workers) refill() {
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.idle != nil || ws.starting || ws.closed {
+	start := ws.idle == nil && !ws.starting && !ws.closed
+	ws.starting = ws.starting || start
+	ws.mu.Unlock()
+	if !start {
 		return
 	}
-	ws.starting = true
 	go func() {
 		ch, err := ws.spawn()
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		ws.starting = false
 		if err != nil {
 			ws.log.Warnf("coredump socket: cannot pre-start a worker: %v", err)
-			return
 		}
-		if ws.closed {
+		ws.mu.Lock()
+		ws.starting = false
+		if ch != nil && ws.closed {
 			ch.ctl.Close() // the worker exits when its socket closes
-			return
+		} else if ch != nil {
+			ws.idle = ch
 		}
-		ws.idle = ch
+		ws.mu.Unlock()
 	}()
 }
 
@@ -105,12 +106,12 @@ func (ws *workers) refillAfter(pidfd int) {
 // close ends the idle worker (its control socket closes: it exits).
 func (ws *workers) close() {
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
 	ws.closed = true
 	if ws.idle != nil {
 		ws.idle.ctl.Close()
 		ws.idle = nil
 	}
+	ws.mu.Unlock()
 }
 
 // spawn starts a worker and waits until it says it is ready.
@@ -230,9 +231,12 @@ func awaitWork(ctl *os.File) ([]string, error) {
 	if n == 0 && oobn == 0 {
 		return nil, io.EOF
 	}
+	// One SCM_RIGHTS message (x/sys's parser is 0.7 KB of flash).
 	var got []int
-	if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(cms) == 1 {
-		got, _ = unix.ParseUnixRights(&cms[0])
+	if h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0])); oobn >= unix.CmsgLen(0) && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_RIGHTS {
+		for off := unix.CmsgLen(0); off+4 <= int(h.Len) && off+4 <= oobn; off += 4 {
+			got = append(got, int(*(*int32)(unsafe.Pointer(&oob[off]))))
+		}
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(got) < 3 {
 		return nil, errors.New("the worker was handed too much, or too few descriptors")

@@ -95,10 +95,11 @@ func (s *Server) Idle() bool { return s.idle.Load() }
 
 // idleUntil is when the server may exit for being idle.
 func (s *Server) idleUntil() time.Time {
+	last := s.last.Load()
 	if len(s.inflight) > 0 {
-		return time.Now().Add(s.IdleExit)
+		last = time.Now().UnixNano()
 	}
-	return time.Unix(0, s.last.Load()).Add(s.IdleExit)
+	return time.Unix(0, last+int64(s.IdleExit))
 }
 
 // Close stops the accept loop; Serve returns once the connections in
