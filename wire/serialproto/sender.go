@@ -2,11 +2,12 @@ package serialproto
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // Options tune a Sender. Zero values take the defaults.
