@@ -18,17 +18,25 @@ const helloC = "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n
 // build compiles helloC with cc and args into a temporary directory.
 func build(t *testing.T, cc string, args ...string) string {
 	t.Helper()
+	return buildC(t, "hello", helloC, cc, args...)
+}
+
+// buildC compiles the C source src with cc and args into a temporary
+// directory as name; it skips when the toolchain lacks cc or what args
+// ask for (a linker).
+func buildC(t *testing.T, name, src, cc string, args ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("%s not installed", cc)
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "hello.c")
-	if err := os.WriteFile(src, []byte(helloC), 0o644); err != nil {
+	file := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "hello")
-	if b, err := exec.Command(cc, append(append([]string{}, args...), "-o", out, src)...).CombinedOutput(); err != nil {
-		t.Skipf("%s: %v\n%s", cc, err, b)
+	out := filepath.Join(dir, name)
+	if b, err := exec.Command(cc, append(append([]string{}, args...), "-o", out, file)...).CombinedOutput(); err != nil {
+		t.Skipf("%s %v: %v\n%s", cc, args, err, b)
 	}
 	return out
 }
