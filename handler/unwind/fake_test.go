@@ -91,6 +91,15 @@ func (f *fakeProc) unwind(pc uint64, rs regs.Set, o Options) Result {
 	return Unwind(&Process{Arch: f.a, Modules: f.mods, Mem: f.mem}, pc, rs, o)
 }
 
+// regsOf is the register set holding each DWARF register number's value.
+func regsOf(vals map[int]uint64) regs.Set {
+	var rs regs.Set
+	for n, v := range vals {
+		rs.Set(n, v)
+	}
+	return rs
+}
+
 // Call encoders, the inverse of arch's decoders.
 
 func blA64(at, target uint64) uint32 {
@@ -141,4 +150,14 @@ func check(t *testing.T, r Result, ws ...want) {
 		t.Logf("  #%d %#x %s %s", i, f.PC, f.Method, f.Trust)
 	}
 	t.Errorf("frames differ from %v (stop %s: %s)", ws, r.Stop, r.Detail)
+}
+
+// checkFirst checks the first len(ws) frames of r, and stops the test when
+// there are fewer.
+func checkFirst(t *testing.T, r Result, ws ...want) {
+	t.Helper()
+	if len(r.Frames) < len(ws) {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:len(ws)]}, ws...)
 }

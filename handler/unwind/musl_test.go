@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -44,8 +43,7 @@ func TestMuslRestorersRecognised(t *testing.T) {
 			if tc.cpsrAt != 0 {
 				f.word(sp+tc.cpsrAt, arch.CPSRThumb)
 			}
-			var rs regs.Set
-			rs.Set(tc.a.SP, sp)
+			rs := regsOf(map[int]uint64{tc.a.SP: sp})
 			r := f.unwind(tramp, rs, Options{NoScan: true})
 			if len(r.Frames) < 2 {
 				t.Fatalf("%d frames (stop %s: %s), want the interrupted one", len(r.Frames), r.Stop, r.Detail)
@@ -74,9 +72,7 @@ func TestScanRefusesStaleRestorer(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, tramp)        // stale; zeros above: no interrupted context
 	f.word(sp+0x200, caller+0x25) // raise's return address
-	var rs regs.Set
-	rs.Set(7, sp)
-	r := f.unwind(raise+0x30, rs, Options{})
+	r := f.unwind(raise+0x30, regsOf(map[int]uint64{7: sp}), Options{})
 	check(t, r,
 		want{raise + 0x30, MethodContext, TrustHigh},
 		want{caller + 0x25, MethodScan, TrustLow})
@@ -97,13 +93,9 @@ func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
 	f.word(frame+160+13*4, frame+0x400)
 	f.word(frame+160+15*4, interrupted)
 	f.word(frame+160+16*4, arch.CPSRThumb)
-	var rs regs.Set
-	rs.Set(13, sp)
+	rs := regsOf(map[int]uint64{13: sp})
 	r := f.unwind(handler+0x10|1, rs, Options{Thumb: true})
-	if len(r.Frames) < 3 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:3]},
+	checkFirst(t, r,
 		want{handler + 0x10, MethodContext, TrustHigh},
 		want{tramp, MethodScan, TrustLow},
 		want{interrupted, MethodSignal, TrustLow})
@@ -167,13 +159,9 @@ func TestScanPrefersConfirmedOverStaleIndirect(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+8, h+0x12)  // stale
 	f.word(sp+24, g+0x14) // saved ra
-	var rs regs.Set
-	rs.Set(2, sp)
+	rs := regsOf(map[int]uint64{2: sp})
 	r := f.unwind(fn+0x20, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{fn + 0x20, MethodContext, TrustHigh},
 		want{g + 0x14, MethodPrologue, TrustMedium})
 }
@@ -190,10 +178,7 @@ func TestReturnAddressPastEndOfCode(t *testing.T) {
 	}
 	const callee, call = 0x10200, codeBase + 0xffc
 	f.insn32(call, blA64(call, callee))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, call+4)
-	r := f.unwind(callee+0x10, rs, Options{NoScan: true})
+	r := f.unwind(callee+0x10, regsOf(map[int]uint64{31: stackBase + 0x1000, 30: call + 4}), Options{NoScan: true})
 	check(t, r,
 		want{callee + 0x10, MethodContext, TrustHigh},
 		want{call + 4, MethodLR, TrustMedium})
@@ -209,9 +194,7 @@ func TestCallReachesThroughTailJump(t *testing.T) {
 	f.insn32(caller+0x10, blA64(caller+0x10, wrapper))
 	f.insn32(wrapper, 0xd2800002) // mov x2, #0
 	f.insn32(wrapper+4, bA64(wrapper+4, inner))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, caller+0x14)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
 	r := f.unwind(inner+0x10, rs, Options{NoScan: true})
 	check(t, r,
 		want{inner + 0x10, MethodContext, TrustHigh},
@@ -231,9 +214,7 @@ func TestCallTargetsAreFunctionStarts(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const caller, a, b, other = 0x10100, 0x10400, 0x10600, 0x10900
 	f.insn32(caller+0x10, blA64(caller+0x10, a))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, caller+0x14)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
 	f.withFile()
 	r := f.unwind(b+0x10, rs, Options{NoScan: true})
 	check(t, r,
@@ -273,8 +254,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	f.word(slot, tramp)
 	f.word(slot+8+0x28+120, sp+0x800) // rsp
 	f.word(slot+8+0x28+128, interrupted)
-	var rs regs.Set
-	rs.Set(7, sp)
+	rs := regsOf(map[int]uint64{7: sp})
 	loaded := false
 	p := &Process{Arch: f.a, Modules: f.mods, Mem: f.mem, Load: func(m *module.Module) {
 		if m == lib {
@@ -327,13 +307,9 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 		f.word(rec+8, lr)
 		return f
 	}
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000})
 	r := setup(true).unwind(handler+0x10, rs, Options{})
-	if len(r.Frames) < 3 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:3]},
+	checkFirst(t, r,
 		want{handler + 0x10, MethodContext, TrustHigh},
 		want{tramp, MethodScan, TrustLow},
 		want{fn + 0x8, MethodSignal, TrustLow})
@@ -360,8 +336,7 @@ func TestScanRefusesOwnIndirectCall(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, fn+0x24)     // stale: fn's own indirect call
 	f.word(sp+0x28, caller+0x14) // fn's return address
-	var rs regs.Set
-	rs.Set(31, sp)
+	rs := regsOf(map[int]uint64{31: sp})
 	r := f.unwind(fn+0x40, rs, Options{})
 	if len(r.Frames) < 2 || r.Frames[1].PC != caller+0x14 {
 		for i, fr := range r.Frames {
@@ -395,13 +370,9 @@ func TestX86ScanPrefersFrameSizeOverStaleIndirect(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+8, initf+0x12)     // stale
 	f.word(sp+0x38, stage2+0x12) // main's return address
-	var rs regs.Set
-	rs.Set(arch.X86_64.SP, sp)
+	rs := regsOf(map[int]uint64{arch.X86_64.SP: sp})
 	r := f.unwind(main+0x10, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{main + 0x10, MethodContext, TrustHigh},
 		want{stage2 + 0x12, MethodScan, TrustLow})
 }
@@ -425,13 +396,9 @@ func TestX86ScanFrameSizeOverridesFalseTarget(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x28, main+0x15)
 	f.word(sp+0x38, other+0x12)
-	var rs regs.Set
-	rs.Set(arch.X86_64.SP, sp)
+	rs := regsOf(map[int]uint64{arch.X86_64.SP: sp})
 	r := f.unwind(threads+0x40, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{threads + 0x40, MethodContext, TrustHigh},
 		want{main + 0x15, MethodScan, TrustLow})
 }

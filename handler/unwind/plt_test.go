@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -130,8 +129,7 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 				RuntimeOffset: bias, File: f}
 			fp.mods = append(fp.mods, m)
 			sp := uint64(stackBase + 0x1000)
-			var rs regs.Set
-			rs.Set(c.a.SP, sp)
+			rs := regsOf(map[int]uint64{c.a.SP: sp})
 			if c.a.LR >= 0 {
 				rs.Set(c.a.LR, lr)
 			} else {
@@ -169,9 +167,7 @@ func TestPLTHeaderRefused(t *testing.T) {
 	fp.mods = append(fp.mods, &module.Module{Path: "/bin/p", Start: bias, End: bias + 1<<24,
 		Maps:          []module.Mapping{{Start: bias, End: bias + 1<<24, Path: "/bin/p", Perms: "r-xp"}},
 		RuntimeOffset: bias, File: f})
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, bias+f.Entry+8)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: bias + f.Entry + 8})
 	r := fp.unwind(bias+st.Start+8, rs, Options{NoScan: true})
 	for _, fr := range r.Frames {
 		if fr.Method == MethodPLT {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -40,11 +39,7 @@ func TestAArch64LeafThenFrameRecords(t *testing.T) {
 	f.word(fp1+8, mainFn+0x44)
 	f.word(fp2, 0)
 	f.word(fp2+8, start+0x44)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, fp1)
-	rs.Set(30, f1+0x44)
-	r := f.unwind(f2+0x10, rs, Options{})
+	r := f.unwind(f2+0x10, regsOf(map[int]uint64{31: sp, 29: fp1, 30: f1 + 0x44}), Options{})
 	check(t, r,
 		want{f2 + 0x10, MethodContext, TrustHigh},
 		want{f1 + 0x44, MethodLR, TrustMedium},
@@ -72,10 +67,7 @@ func TestAArch64StaleFramePointerNotFollowed(t *testing.T) {
 	f.word(outer, 0)            // the outer record
 	f.word(outer+8, start+0x44) // its return address
 	f.word(sp+0x40, f2+0x100)   // a code address after no call
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, outer)
-	rs.Set(30, f1+0x44)
+	rs := regsOf(map[int]uint64{31: sp, 29: outer, 30: f1 + 0x44})
 	r := f.unwind(f2+0x10, rs, Options{})
 	check(t, r,
 		want{f2 + 0x10, MethodContext, TrustHigh},
@@ -107,9 +99,7 @@ func TestX86NullCallThenScan(t *testing.T) {
 	f.word(sp+0x10, callee+0x20)   // code, but not after a call
 	f.word(sp+0x18, stackBase+0x5) // a stack address
 	f.word(sp+0x28, caller+0x50)
-	var rs regs.Set
-	rs.Set(7, sp)
-	r := f.unwind(0, rs, Options{})
+	r := f.unwind(0, regsOf(map[int]uint64{7: sp}), Options{})
 	check(t, r,
 		want{0, MethodContext, TrustHigh},
 		want{callee + 0x5, MethodLR, TrustMedium},
@@ -131,10 +121,7 @@ func TestX86FramePointer(t *testing.T) {
 	f.word(rbp1+8, b+0x15)
 	f.word(rbp2, 0)
 	f.word(rbp2+8, a+0x15)
-	var rs regs.Set
-	rs.Set(7, sp)
-	rs.Set(6, rbp1)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{7: sp, 6: rbp1}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x15, MethodFP, TrustMedium},
@@ -155,10 +142,7 @@ func TestARMFrameRecords(t *testing.T) {
 	f.word(fp2-4, a+0x14) // apcs: lr at [fp-4], fp at [fp-12]
 	f.word(fp2-12, 0)
 	f.word(fp2, 0xdead) // the saved pc slot: not code
-	var rs regs.Set
-	rs.Set(13, sp)
-	rs.Set(11, fp1)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{13: sp, 11: fp1}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodFP, TrustMedium},
@@ -178,10 +162,7 @@ func TestThumbNoFramePointerScan(t *testing.T) {
 	f.word(sp+0xc, (b+0x14)|1)
 	f.word(sp+0x20, sp+0x40) // r7 would point here
 	f.word(sp+0x24, c+0x81)
-	var rs regs.Set
-	rs.Set(13, sp)
-	rs.Set(7, sp+0x20)
-	r := f.unwind((c+0x8)|1, rs, Options{Thumb: true})
+	r := f.unwind((c+0x8)|1, regsOf(map[int]uint64{13: sp, 7: sp + 0x20}), Options{Thumb: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodScan, TrustLow})
@@ -204,11 +185,7 @@ func TestRISCVFramePointer(t *testing.T) {
 	f.word(fp1-16, fp2)
 	f.word(fp2-8, 0)
 	f.word(fp2-16, 0)
-	var rs regs.Set
-	rs.Set(2, sp)
-	rs.Set(8, fp1)
-	rs.Set(1, b+0x14)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{2: sp, 8: fp1, 1: b + 0x14}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodLR, TrustMedium},
@@ -226,10 +203,7 @@ func TestLRReusedRefused(t *testing.T) {
 	const g, fn = 0x10100, 0x10200
 	f.insn32(fn+0x20, blA64(fn+0x20, g))
 	sp := uint64(stackBase + 0x1000)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(30, fn+0x24)
-	r := f.unwind(fn+0x40, rs, Options{NoScan: true})
+	r := f.unwind(fn+0x40, regsOf(map[int]uint64{31: sp, 30: fn + 0x24}), Options{NoScan: true})
 	check(t, r, want{fn + 0x40, MethodContext, TrustHigh})
 	if !strings.Contains(r.Detail, "lies between its target and the pc") {
 		t.Errorf("detail %q", r.Detail)
@@ -247,11 +221,7 @@ func TestIndirectCallIsLowTrust(t *testing.T) {
 	fp1 := sp + 0x20
 	f.word(fp1, 0)
 	f.word(fp1+8, a+0x14)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, fp1)
-	rs.Set(30, b+0x14)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{31: sp, 29: fp1, 30: b + 0x14}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodLR, TrustLow},
@@ -272,9 +242,7 @@ func TestSignalFrameToNullPC(t *testing.T) {
 	f.word(base+30*8, caller+0x14) // x30
 	f.word(base+31*8, sp+0x800)    // sp
 	f.word(base+32*8, 0)           // pc
-	var rs regs.Set
-	rs.Set(31, sp)
-	r := f.unwind(tramp, rs, Options{NoScan: true})
+	r := f.unwind(tramp, regsOf(map[int]uint64{31: sp}), Options{NoScan: true})
 	check(t, r,
 		want{tramp, MethodContext, TrustHigh},
 		want{0, MethodSignal, TrustHigh},
@@ -311,10 +279,7 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		} else {
 			f.word(next+8, 0x4321)
 		}
-		var rs regs.Set
-		rs.Set(31, sp)
-		rs.Set(29, sp)
-		r := f.unwind(handler+0x10, rs, Options{NoScan: true})
+		r := f.unwind(handler+0x10, regsOf(map[int]uint64{31: sp, 29: sp}), Options{NoScan: true})
 		ws := []want{{handler + 0x10, MethodContext, TrustHigh}, {tramp, MethodFP, TrustMedium}}
 		if match {
 			ws = append(ws, want{victim + 0x8, MethodSignal, TrustLow})
@@ -340,8 +305,7 @@ func TestScanStopsAtUnloadedModule(t *testing.T) {
 		sp := uint64(stackBase + 0x1000)
 		f.word(sp+8, 0x400123)
 		f.word(sp+0x10, a+0x14)
-		var rs regs.Set
-		rs.Set(31, sp)
+		rs := regsOf(map[int]uint64{31: sp})
 		r := f.unwind(c+0x8, rs, Options{})
 		if loaded {
 			check(t, r, want{c + 0x8, MethodContext, TrustHigh}, want{a + 0x14, MethodScan, TrustLow})
@@ -369,10 +333,7 @@ func TestAArch64LostReturnAddressStops(t *testing.T) {
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x18, outer+0x14) // what a scan would take
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(30, ab2+8)
-	r := f.unwind(abort+4, rs, Options{})
+	r := f.unwind(abort+4, regsOf(map[int]uint64{31: sp, 30: ab2 + 8}), Options{})
 	check(t, r,
 		want{abort + 4, MethodContext, TrustHigh},
 		want{ab2 + 8, MethodLR, TrustMedium})
