@@ -37,6 +37,27 @@ int main(void) {
 }
 `
 
+// bigHost is what both crash-to-reap benchmarks start from: in a short
+// temporary dir, the big crasher built, the handler with its config as it
+// ships (no save_core_dir), core_pattern swapped ("core" until a mode sets
+// its own, restored at the end) and the queue the reports land in.
+func bigHost(b *testing.B) (dir, bin, hbin, cfg string, q *queue.Queue) {
+	dir, _ = os.MkdirTemp("", "uw")
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	src := filepath.Join(dir, "big.c")
+	bin = filepath.Join(dir, "big")
+	os.WriteFile(src, []byte(bigSrc), 0o644)
+	if out, err := exec.Command("gcc", "-O0", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	hbin, cfg, qdir, _ := hostHandler(b, dir)
+	text, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(text), "save_core_dir", "#save_core_dir", 1)), 0o644)
+	installCorePattern(b, "core")
+	q, _ = queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
+	return
+}
+
 // BenchmarkCrashToReap measures how long a crashed process with 1 GiB of
 // touched memory and 32 threads takes from its fatal signal to being
 // reaped by its parent, with unwound-handler as core_pattern (live and
@@ -50,23 +71,11 @@ func BenchmarkCrashToReap(b *testing.B) {
 	if os.Getenv("UNWOUND_TEST_HOST") != "1" || os.Geteuid() != 0 {
 		b.Skip("opt-in: UNWOUND_TEST_HOST=1 as root (replaces core_pattern, restores it)")
 	}
-	dir, _ := os.MkdirTemp("", "uw")
-	defer os.RemoveAll(dir)
-	src, bin := filepath.Join(dir, "big.c"), filepath.Join(dir, "big")
-	os.WriteFile(src, []byte(bigSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O0", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		b.Fatalf("%v\n%s", err, out)
-	}
-	hbin, cfg, qdir, _ := hostHandler(b, dir)
-	// No save_core_dir here: what ships.
+	dir, bin, hbin, cfg, q := bigHost(b)
 	text, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, []byte(strings.Replace(string(text), "save_core_dir", "#save_core_dir", 1)), 0o644)
 	streamCfg := filepath.Join(dir, "stream.toml")
-	st := strings.Replace(string(text), "save_core_dir", "#save_core_dir", 1)
-	os.WriteFile(streamCfg, []byte(strings.Replace(st, "[handler]\n", "[handler]\nlive = false\n", 1)), 0o644)
+	os.WriteFile(streamCfg, []byte(strings.Replace(string(text), "[handler]\n", "[handler]\nlive = false\n", 1)), 0o644)
 	cores := filepath.Join(dir, "cores")
-	installCorePattern(b, "core") // restored at the end, whatever the modes did
-	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 
 	modes := []struct{ name, pattern string }{
 		{"true", "|/bin/true"},

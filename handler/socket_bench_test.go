@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/coredumpsock"
-	"github.com/unwound-dev/unwound/queue"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
 )
 
@@ -36,21 +34,10 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	if plain, _ := sysctl.SocketSupported(sysctl.KernelRelease()); !plain {
 		b.Skipf("kernel %s has no coredump socket", sysctl.KernelRelease())
 	}
-	dir, _ := os.MkdirTemp("", "uw")
-	defer os.RemoveAll(dir)
-	src, bin := filepath.Join(dir, "big.c"), filepath.Join(dir, "big")
-	os.WriteFile(src, []byte(bigSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O0", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		b.Fatalf("%v\n%s", err, out)
-	}
-	hbin, cfg, qdir, _ := hostHandler(b, dir)
-	text, _ := os.ReadFile(cfg)
-	shipped := strings.Replace(string(text), "save_core_dir", "#save_core_dir", 1)
-	os.WriteFile(cfg, []byte(shipped), 0o644)
+	dir, bin, hbin, cfg, q := bigHost(b)
+	shipped, _ := os.ReadFile(cfg)
 	inCfg := filepath.Join(dir, "inproc.toml")
-	os.WriteFile(inCfg, []byte(strings.Replace(shipped, "[handler]\n", "[handler]\nsupervise = false\n", 1)), 0o644)
-	installCorePattern(b, "core")
-	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
+	os.WriteFile(inCfg, []byte(strings.Replace(string(shipped), "[handler]\n", "[handler]\nsupervise = false\n", 1)), 0o644)
 
 	form := "@@"
 	if _, request := sysctl.SocketSupported(sysctl.KernelRelease()); !request {
