@@ -51,18 +51,14 @@ func (b *syncBuffer) String() string {
 
 func newSocketHost(t *testing.T) *socketHost {
 	t.Helper()
-	dir := testutil.HostSocketDir(t)
+	dir := testutil.HostDir(t, "points core_pattern at a coredump socket")
 	h := &socketHost{dir: dir, sock: filepath.Join(dir, "coredump.sock")}
 	h.bin, h.cfg, h.qdir, _ = hostHandler(t, dir)
 	// No save_core_dir: the report must come from the live path alone.
 	text, _ := os.ReadFile(h.cfg)
 	text = regexpLine(text, "save_core_dir")
 	os.WriteFile(h.cfg, text, 0o644)
-	h.prog = filepath.Join(dir, "crasher")
-	os.WriteFile(h.prog+".c", []byte(crashSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", h.prog, h.prog+".c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	h.prog = buildCrasher(t, dir)
 	// The pattern's restore is set up first, then the socket lines are
 	// tried: a kernel before 6.16 refuses both with EINVAL.
 	h.pattern = testutil.SwapCoreSocket(t, h.sock)

@@ -20,7 +20,7 @@ import (
 // takes the pattern; it returns the crasher to run.
 func hostServer(t *testing.T, s *Server) (crasher string) {
 	t.Helper()
-	dir := testutil.HostSocketDir(t)
+	dir := testutil.HostDir(t, "points core_pattern at a coredump socket")
 	crasher = filepath.Join(dir, "crasher")
 	src := "int main(void) { *(volatile int *)0 = 1; return 0; }\n"
 	os.WriteFile(crasher+".c", []byte(src), 0o644)

@@ -47,14 +47,15 @@ func SwapCorePattern(t testing.TB) func(line string) error {
 	return func(line string) error { return os.WriteFile(CorePatternFile, []byte(line), 0o644) }
 }
 
-// HostSocketDir is where a coredump socket test on the host's own kernel
-// works: it skips unless opted in (UNWOUND_TEST_HOST=1, as make test-host
-// sets), root, and gcc is installed to build the crasher. The directory is
-// short (core_pattern holds 127 characters) and removed when the test ends.
-func HostSocketDir(t testing.TB) string {
+// HostDir is where a test on the host's own kernel works: it skips unless
+// opted in (UNWOUND_TEST_HOST=1, as make test-host sets), root, and gcc is
+// installed to build the crasher; what says what the test does to the
+// host. The directory is short (core_pattern holds 127 characters) and
+// removed when the test ends.
+func HostDir(t testing.TB, what string) string {
 	t.Helper()
 	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
-		t.Skip("opt-in: make test-host (root; points core_pattern at a coredump socket and restores it)")
+		t.Skip("opt-in: make test-host (root; " + what + " and restores it)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
