@@ -111,16 +111,7 @@ func TestPlaceLinkerLayouts(t *testing.T) {
 				}
 				for _, perms := range []bool{true, false} {
 					t.Run(fmt.Sprintf("perms=%v", perms), func(t *testing.T) {
-						mods := Group(ldsoMaps(t, path, base, perms))
-						if len(mods) != 1 {
-							t.Fatalf("%d modules", len(mods))
-						}
-						m := mods[0]
-						c := m.Load([]Source{SysrootSource("/", nil)})
-						if c == nil {
-							t.Fatalf("Load: %v", m.Err)
-						}
-						defer c.Close()
+						m := loadOne(t, ldsoMaps(t, path, base, perms))
 						if m.Bias() != base {
 							t.Fatalf("bias %#x, want %#x (runtime offset %#x, compiled offset %#x, maps %+v)",
 								m.Bias(), base, m.RuntimeOffset, m.CompiledOffset, m.Maps)

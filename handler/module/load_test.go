@@ -75,6 +75,23 @@ func execOffset(t *testing.T, path string) uint64 {
 	return 0
 }
 
+// loadOne groups maps into the one module they must form and loads it
+// from this system's root; its file is closed when the test ends.
+func loadOne(t *testing.T, maps []Mapping) *Module {
+	t.Helper()
+	mods := Group(maps)
+	if len(mods) != 1 {
+		t.Fatalf("%d modules", len(mods))
+	}
+	m := mods[0]
+	c := m.Load([]Source{SysrootSource("/", nil)})
+	if c == nil {
+		t.Fatalf("Load: %v", m.Err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m
+}
+
 // loadPath loads path as a module mapped the way ld.so maps it, 0x10000000
 // above its link addresses.
 func loadPath(t *testing.T, path string) *Module {
@@ -94,16 +111,7 @@ func loadPath(t *testing.T, path string) *Module {
 		off := p.Off &^ 0xfff
 		maps = append(maps, Mapping{Start: start, End: (p.Vaddr+p.Memsz+0xfff)&^0xfff + base, Offset: off, Path: path})
 	}
-	mods := Group(maps)
-	if len(mods) != 1 {
-		t.Fatalf("%d modules", len(mods))
-	}
-	m := mods[0]
-	c := m.Load([]Source{SysrootSource("/", nil)})
-	if c == nil {
-		t.Fatalf("Load: %v", m.Err)
-	}
-	t.Cleanup(func() { c.Close() })
+	m := loadOne(t, maps)
 	if m.Bias() != base {
 		t.Errorf("bias %#x, want %#x", m.Bias(), uint64(base))
 	}
