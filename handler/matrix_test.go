@@ -87,27 +87,7 @@ func TestMatrixFigures(t *testing.T) {
 			t.Errorf("%s: %d/%d frames equal, below the %d/%d it reached", name, fig.Equal, fig.Want, fl.Equal, fl.Want)
 		}
 	}
-	familyGate(t, rows, whole)
-}
-
-// familyGate fails on issue 25's bounds, per family (fixture.Families):
-// no crash with a wrong frame at high or medium trust and, over whole
-// rows, at most 2% of the crashes with a wrong low-trust frame.
-func familyGate(t *testing.T, rows map[string]*fixture.Figures, whole bool) {
-	t.Helper()
-	fam := fixture.ByFamily(rows)
-	for _, name := range fixture.Families {
-		f := fam[name]
-		if f == nil || f.Crashes == 0 {
-			continue
-		}
-		for _, bad := range f.Gate() {
-			if !whole && !strings.Contains(bad, "high or medium") {
-				continue // a -run pattern picked a few crashes of a row
-			}
-			t.Errorf("family %s: %s", name, bad)
-		}
-	}
+	fixture.FamilyGate(t, rows, whole)
 }
 
 func matrixScenarios(dir, arch, variant string) []string {
