@@ -3,6 +3,7 @@ package unwind
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 
@@ -98,6 +99,22 @@ func regsOf(vals map[int]uint64) regs.Set {
 		rs.Set(n, v)
 	}
 	return rs
+}
+
+// loadFile loads the ELF file at path as a module's file, open until the
+// test ends.
+func loadFile(tb testing.TB, path string) *module.File {
+	tb.Helper()
+	r, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	f, err := module.Load(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
 }
 
 // Call encoders, the inverse of arch's decoders.

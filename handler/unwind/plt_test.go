@@ -48,16 +48,7 @@ func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Skipf("%s cannot link with %s here: %v\n%s", cc, ld, err, out)
 	}
-	fh, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fh.Close() })
-	f, err := module.Load(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return loadFile(t, exe)
 }
 
 // A thread stopped inside a PLT stub (a signal while it runs, frame 0) has
