@@ -163,9 +163,7 @@ func check(t *testing.T, r Result, ws ...want) {
 	if ok {
 		return
 	}
-	for i, f := range r.Frames {
-		t.Logf("  #%d %#x %s %s", i, f.PC, f.Method, f.Trust)
-	}
+	logFrames(t, r)
 	t.Errorf("frames differ from %v (stop %s: %s)", ws, r.Stop, r.Detail)
 }
 
@@ -177,4 +175,12 @@ func checkFirst(t *testing.T, r Result, ws ...want) {
 		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
 	}
 	check(t, Result{Frames: r.Frames[:len(ws)]}, ws...)
+}
+
+// logFrames logs r's frames, before a test says what is wrong with them.
+func logFrames(t *testing.T, r Result) {
+	t.Helper()
+	for i, f := range r.Frames {
+		t.Logf("  #%d %#x %s %s", i, f.PC, f.Method, f.Trust)
+	}
 }

@@ -10,6 +10,14 @@ import (
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
+// musl's __restore_rt, the restorer of SA_SIGINFO handlers, per
+// architecture.
+var (
+	restoreRtX86   = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05} // mov $15, %rax; syscall
+	restoreRtA64   = []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}       // mov x8, #139; svc 0
+	restoreRtThumb = []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}                   // mov.w r7, #173; svc 0
+)
+
 // musl's signal restorers (src/signal/*/restore.s) carry no unwind
 // information: the signal strategy must know them by their bytes, in the
 // program (static) or in libc.so, not only in the vDSO or [sigpage].
@@ -22,12 +30,10 @@ func TestMuslRestorersRecognised(t *testing.T) {
 		spAt, pcAt uint64
 		cpsrAt     uint64 // ARM: the saved CPSR, 0 when none
 	}{
-		// mov $15, %rax; syscall
-		{"x86_64 __restore_rt", arch.X86_64, []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}, 0x28 + 120, 0x28 + 128, 0},
-		// mov x8, #139; svc 0
-		{"aarch64 __restore_rt", arch.AArch64, []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}, 128 + 176 + 8 + 31*8, 128 + 176 + 8 + 32*8, 0},
-		// Debian's armhf musl is Thumb-2: mov.w r7, #173; svc 0
-		{"arm __restore_rt (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}, 160 + 13*4, 160 + 15*4, 160 + 16*4},
+		{"x86_64 __restore_rt", arch.X86_64, restoreRtX86, 0x28 + 120, 0x28 + 128, 0},
+		{"aarch64 __restore_rt", arch.AArch64, restoreRtA64, 128 + 176 + 8 + 31*8, 128 + 176 + 8 + 32*8, 0},
+		// Debian's armhf musl is Thumb-2.
+		{"arm __restore_rt (Thumb-2)", arch.ARM, restoreRtThumb, 160 + 13*4, 160 + 15*4, 160 + 16*4},
 		// mov.w r7, #119; svc 0
 		{"arm __restore (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0x77, 0x07, 0x00, 0xdf}, 32 + 13*4, 32 + 15*4, 32 + 16*4},
 		// musl built for A32: mov r7, #173; svc 0
@@ -67,7 +73,7 @@ func TestMuslRestorersRecognised(t *testing.T) {
 func TestScanRefusesStaleRestorer(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const caller, raise, tramp = 0x10000, 0x10100, 0x12000
-	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	f.code(tramp, restoreRtX86...)
 	f.code(caller+0x20, callX86(caller+0x20, raise)...)
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, tramp)        // stale; zeros above: no interrupted context
@@ -85,7 +91,7 @@ func TestScanRefusesStaleRestorer(t *testing.T) {
 func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
 	f := newFake(t, arch.ARM)
 	const handler, tramp, interrupted = 0x10400, 0x12000, 0x10124
-	f.code(tramp, 0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf)
+	f.code(tramp, restoreRtThumb...)
 	sp := uint64(stackBase + 0x1000)
 	slot := sp + 0xc
 	f.word(slot, tramp|1)
@@ -245,7 +251,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const handler, tramp = 0x10400, 0x12000
 	const libBase, interrupted = 0x40000, 0x40124
-	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	f.code(tramp, restoreRtX86...)
 	lib := &module.Module{Path: "/lib/libc.so", Start: libBase, End: libBase + 0x1000,
 		Maps: []module.Mapping{{Start: libBase, End: libBase + 0x1000, Path: "/lib/libc.so"}}}
 	f.mods = append(f.mods, lib)
@@ -264,9 +270,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	}}
 	r := Unwind(p, handler+0x10, rs, Options{})
 	if len(r.Frames) < 3 || r.Frames[1].PC != tramp || r.Frames[2].PC != interrupted {
-		for i, fr := range r.Frames {
-			t.Logf("  #%d %#x %s", i, fr.PC, fr.Method)
-		}
+		logFrames(t, r)
 		t.Errorf("want the restorer then the interrupted pc %#x (stop %s: %s)", uint64(interrupted), r.Stop, r.Detail)
 	}
 	if !loaded {
@@ -285,7 +289,7 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 	const tramp, handler, fn, caller, decoy = 0x12000, 0x10400, 0x10600, 0x10800, 0x10a00
 	setup := func(agree bool) *fakeProc {
 		f := newFake(t, arch.AArch64)
-		f.code(tramp, 0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4)
+		f.code(tramp, restoreRtA64...)
 		f.insn32(caller+0x10, blA64(caller+0x10, fn))
 		f.insn32(decoy+0x10, blA64(decoy+0x10, handler))
 		sp := uint64(stackBase + 0x1000)
@@ -339,9 +343,7 @@ func TestScanRefusesOwnIndirectCall(t *testing.T) {
 	rs := regsOf(map[int]uint64{31: sp})
 	r := f.unwind(fn+0x40, rs, Options{})
 	if len(r.Frames) < 2 || r.Frames[1].PC != caller+0x14 {
-		for i, fr := range r.Frames {
-			t.Logf("  #%d %#x %s %s", i, fr.PC, fr.Method, fr.Trust)
-		}
+		logFrames(t, r)
 		t.Errorf("frame 1 is not the caller %#x (stop %s: %s)", uint64(caller+0x14), r.Stop, r.Detail)
 	}
 }
