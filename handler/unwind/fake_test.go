@@ -83,6 +83,14 @@ func (f *fakeProc) word(addr uint64, v uint64) {
 	}
 }
 
+// record writes a frame record at fp as x86's rbp chain and AArch64's
+// {x29, x30} lay it out: the previous frame pointer, then the return
+// address.
+func (f *fakeProc) record(fp, prev, ra uint64) {
+	f.word(fp, prev)
+	f.word(fp+uint64(f.a.PtrSize), ra)
+}
+
 func (f *fakeProc) insn32(addr uint64, w uint32) { f.order.PutUint32(f.mem.at(addr, 4), w) }
 func (f *fakeProc) insn16(addr uint64, h uint16) { f.order.PutUint16(f.mem.at(addr, 2), h) }
 func (f *fakeProc) code(addr uint64, b ...byte)  { copy(f.mem.at(addr, len(b)), b) }

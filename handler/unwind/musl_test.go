@@ -296,8 +296,7 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 		sigSP := sp + 0x20
 		rec := sigSP + 128 + 176 + 288 + 4096
 		regs := sigSP + 128 + 176 + 8
-		f.word(sp, rec)     // the handler's saved x29
-		f.word(sp+8, tramp) // and x30
+		f.record(sp, rec, tramp) // the handler's saved x29 and x30
 		f.word(sp+0x18, decoy+0x14)
 		f.word(regs+29*8, sp+0x3000)
 		f.word(regs+30*8, caller+0x14)

@@ -35,10 +35,8 @@ func TestAArch64LeafThenFrameRecords(t *testing.T) {
 	f.insn32(f1+0x40, blA64(f1+0x40, f2))
 	sp := uint64(stackBase + 0x1000)
 	fp1, fp2 := sp+0x20, sp+0x80
-	f.word(fp1, fp2)
-	f.word(fp1+8, mainFn+0x44)
-	f.word(fp2, 0)
-	f.word(fp2+8, start+0x44)
+	f.record(fp1, fp2, mainFn+0x44)
+	f.record(fp2, 0, start+0x44)
 	r := f.unwind(f2+0x10, regsOf(map[int]uint64{31: sp, 29: fp1, 30: f1 + 0x44}), Options{})
 	check(t, r,
 		want{f2 + 0x10, MethodContext, TrustHigh},
@@ -62,11 +60,9 @@ func TestAArch64StaleFramePointerNotFollowed(t *testing.T) {
 	f.insn32(f1+0x40, blA64(f1+0x40, f2))
 	sp := uint64(stackBase + 0x1000)
 	outer := sp + 0x100
-	f.word(sp, outer)           // f1's saved x29
-	f.word(sp+8, mainFn+0x44)   // f1's saved x30
-	f.word(outer, 0)            // the outer record
-	f.word(outer+8, start+0x44) // its return address
-	f.word(sp+0x40, f2+0x100)   // a code address after no call
+	f.record(sp, outer, mainFn+0x44) // f1's saved x29, x30
+	f.record(outer, 0, start+0x44)   // the outer record
+	f.word(sp+0x40, f2+0x100)        // a code address after no call
 	rs := regsOf(map[int]uint64{31: sp, 29: outer, 30: f1 + 0x44})
 	r := f.unwind(f2+0x10, rs, Options{})
 	check(t, r,
@@ -117,10 +113,8 @@ func TestX86FramePointer(t *testing.T) {
 	f.code(b+0x10, callX86(b+0x10, c)...)
 	sp := uint64(stackBase + 0x1000)
 	rbp1, rbp2 := sp+0x10, sp+0x40
-	f.word(rbp1, rbp2)
-	f.word(rbp1+8, b+0x15)
-	f.word(rbp2, 0)
-	f.word(rbp2+8, a+0x15)
+	f.record(rbp1, rbp2, b+0x15)
+	f.record(rbp2, 0, a+0x15)
 	r := f.unwind(c+0x8, regsOf(map[int]uint64{7: sp, 6: rbp1}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
@@ -219,8 +213,7 @@ func TestIndirectCallIsLowTrust(t *testing.T) {
 	f.insn32(b+0x10, 0xD63F0100) // blr x8
 	sp := uint64(stackBase + 0x1000)
 	fp1 := sp + 0x20
-	f.word(fp1, 0)
-	f.word(fp1+8, a+0x14)
+	f.record(fp1, 0, a+0x14)
 	r := f.unwind(c+0x8, regsOf(map[int]uint64{31: sp, 29: fp1, 30: b + 0x14}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
@@ -262,10 +255,9 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		f.insn32(tramp, 0xd2801168) // mov x8, #139
 		f.insn32(tramp+4, 0xd4000001)
 		sp := uint64(stackBase + 0x1000)
-		next := sp + 0x2000 // the kernel's frame record
-		b := next - 4688    // struct rt_sigframe, no extra context
-		f.word(sp, next)    // the handler's record: {x29, x30}
-		f.word(sp+8, tramp)
+		next := sp + 0x2000                 // the kernel's frame record
+		b := next - 4688                    // struct rt_sigframe, no extra context
+		f.record(sp, next, tramp)           // the handler's record: {x29, x30}
 		f.word(b+592, 0x46508001|0x210<<32) // FPSIMD_MAGIC, 528 bytes
 		f.word(b+592+0x210, 0)              // terminator
 		regs0 := b + 128 + 176 + 8
@@ -273,12 +265,11 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		f.word(regs0+30*8, 0x1234)
 		f.word(regs0+31*8, next+0x100)
 		f.word(regs0+32*8, victim+0x8)
-		f.word(next, 0)
+		ra := uint64(0x4321)
 		if match {
-			f.word(next+8, 0x1234)
-		} else {
-			f.word(next+8, 0x4321)
+			ra = 0x1234 // the interrupted x30, as the kernel repeats it
 		}
+		f.record(next, 0, ra)
 		r := f.unwind(handler+0x10, regsOf(map[int]uint64{31: sp, 29: sp}), Options{NoScan: true})
 		ws := []want{{handler + 0x10, MethodContext, TrustHigh}, {tramp, MethodFP, TrustMedium}}
 		if match {
