@@ -12,8 +12,26 @@ import (
 // TestUploaderLogsDrift: at start the uploader says when core_pattern,
 // suid_dumpable or core_pipe_limit are not what unwound needs.
 func TestUploaderLogsDrift(t *testing.T) {
+	rc, out := onceWith(t, "|/usr/share/apport/apport %p")
+	if rc != 0 {
+		t.Fatalf("--once on an empty queue: %d\n%s", rc, out)
+	}
+	for _, want := range []string{"drift: kernel.core_pattern is \"|/usr/share/apport/apport %p\": Ubuntu's apport", "drift: kernel.core_pipe_limit is 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("uploader log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "drift: ") != 2 {
+		t.Errorf("uploader log:\n%s", out)
+	}
+}
+
+// onceWith runs the uploader --once on an empty queue with a stand-in
+// /proc/sys: this core_pattern, core_pipe_limit 0 and suid_dumpable 2. It
+// returns the exit status and the log.
+func onceWith(t *testing.T, corePattern string) (int, string) {
 	dir := t.TempDir()
-	for rel, v := range map[string]string{"kernel/core_pattern": "|/usr/share/apport/apport %p", "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
+	for rel, v := range map[string]string{"kernel/core_pattern": corePattern, "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
 		os.MkdirAll(filepath.Join(dir, "proc", filepath.Dir(rel)), 0o755)
 		os.WriteFile(filepath.Join(dir, "proc", rel), []byte(v+"\n"), 0o644)
 	}
@@ -26,17 +44,8 @@ func TestUploaderLogsDrift(t *testing.T) {
 	var out bytes.Buffer
 	log.SetOutput(&out)
 	defer log.SetOutput(os.Stderr)
-	if rc := run([]string{"--config", cfg, "--once"}); rc != 0 {
-		t.Fatalf("--once on an empty queue: %d\n%s", rc, out.String())
-	}
-	for _, want := range []string{"drift: kernel.core_pattern is \"|/usr/share/apport/apport %p\": Ubuntu's apport", "drift: kernel.core_pipe_limit is 0"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("uploader log lacks %q:\n%s", want, out.String())
-		}
-	}
-	if strings.Count(out.String(), "drift: ") != 2 {
-		t.Errorf("uploader log:\n%s", out.String())
-	}
+	rc := run([]string{"--config", cfg, "--once"})
+	return rc, out.String()
 }
 
 // TestUploaderLogsSocketDrift: with unwound's coredump socket line and no
@@ -51,28 +60,14 @@ func TestUploaderLogsSocketDrift(t *testing.T) {
 		"@@/run/unwound/coredump.sock":    "but there is no socket at /run/unwound/coredump.sock: the kernel drops every core",
 		"@@/run/systemd/coredumpd/kernel": "systemd-coredumpd's coredump socket",
 	} {
-		dir := t.TempDir()
-		for rel, v := range map[string]string{"kernel/core_pattern": pattern, "kernel/core_pipe_limit": "0", "fs/suid_dumpable": "2"} {
-			os.MkdirAll(filepath.Join(dir, "proc", filepath.Dir(rel)), 0o755)
-			os.WriteFile(filepath.Join(dir, "proc", rel), []byte(v+"\n"), 0o644)
-		}
-		q := filepath.Join(dir, "queue")
-		os.Mkdir(q, 0o700)
-		cfg := filepath.Join(dir, "unwound.toml")
-		os.WriteFile(cfg, []byte("[queue]\ndir = \""+q+"\"\nallow_volatile = true\n[upload]\nurl = \"http://127.0.0.1:9/\"\n"), 0o644)
-		procSys = filepath.Join(dir, "proc")
-		var out bytes.Buffer
-		log.SetOutput(&out)
-		rc := run([]string{"--config", cfg, "--once"})
-		log.SetOutput(os.Stderr)
-		procSys = ""
+		rc, out := onceWith(t, pattern)
 		if rc != 0 {
-			t.Fatalf("--once: %d\n%s", rc, out.String())
+			t.Fatalf("--once: %d\n%s", rc, out)
 		}
 		// core_pipe_limit 0 is no drift under @@: the server asks the
 		// kernel to wait.
-		if !strings.Contains(out.String(), want) || strings.Count(out.String(), "drift: ") != 1 {
-			t.Errorf("%s: uploader log lacks %q (or has more):\n%s", pattern, want, out.String())
+		if !strings.Contains(out, want) || strings.Count(out, "drift: ") != 1 {
+			t.Errorf("%s: uploader log lacks %q (or has more):\n%s", pattern, want, out)
 		}
 	}
 }
