@@ -369,17 +369,10 @@ func checkMatrixCrash(t *testing.T, arch string, res *LabResult, c LabCrash, fig
 		trusted = fig.AddGDB(name, rep, want)
 	} else {
 		th := rep.Crashed()
-		syms, err := fixture.LoadSymbols(b.Unstripped())
-		if err != nil || th == nil {
-			t.Fatalf("symbols: %v, crashed thread %v", err, th)
+		if th == nil {
+			t.Fatal("no crashed thread")
 		}
-		mod := -1
-		for i, m := range rep.Modules {
-			if m.Path == rep.Exe {
-				mod = i
-			}
-		}
-		names := syms.Names(rep, th, mod)
+		names := exeNames(t, b, rep, th)
 		t.Logf("gdb does not follow %v: counted against it: %v (stop %s: %s)", chain, names, th.StopReason, th.StopDetail)
 		trusted = fig.AddChain(name, rep, names, chain)
 	}
@@ -408,9 +401,22 @@ func knownChain(t *testing.T, b fixture.Binary, rep *report.Report, scenario str
 		t.Error("no crashed thread")
 		return
 	}
+	names := exeNames(t, b, rep, th)
+	if !fixture.Subsequence(names, chain) {
+		t.Errorf("crashed thread %v does not follow %v", names, chain)
+	}
+	if scenario == "nullfn" && (len(th.Frames) == 0 || th.Frames[0].PC != 0) {
+		t.Errorf("nullfn: frame 0 is not PC 0: %v", names)
+	}
+}
+
+// exeNames names the frames of th by the symbols of the program's
+// unstripped build: "?" for a frame outside the program.
+func exeNames(t *testing.T, b fixture.Binary, rep *report.Report, th *report.Thread) []string {
+	t.Helper()
 	syms, err := fixture.LoadSymbols(b.Unstripped())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("symbols: %v", err)
 	}
 	mod := -1
 	for i, m := range rep.Modules {
@@ -418,13 +424,7 @@ func knownChain(t *testing.T, b fixture.Binary, rep *report.Report, scenario str
 			mod = i
 		}
 	}
-	names := syms.Names(rep, th, mod)
-	if !fixture.Subsequence(names, chain) {
-		t.Errorf("crashed thread %v does not follow %v", names, chain)
-	}
-	if scenario == "nullfn" && (len(th.Frames) == 0 || th.Frames[0].PC != 0) {
-		t.Errorf("nullfn: frame 0 is not PC 0: %v", names)
-	}
+	return syms.Names(rep, th, mod)
 }
 
 // tablesJustify checks, for a trace shorter than gdb's, that the handler
