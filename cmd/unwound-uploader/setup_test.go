@@ -1,5 +1,8 @@
 package main
 
+// What the uploader says about the board's setup: its configuration
+// (--check-config) and, at start, the kernel's crash settings (drift).
+
 import (
 	"bytes"
 	"log"
@@ -8,6 +11,38 @@ import (
 	"strings"
 	"testing"
 )
+
+// TestCheckConfig: --check-config exits 1 and names each bad key with
+// its line, so a postinst or a CI step catches a typo before a crash does;
+// a good file and a missing one exit 0.
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[queue]\ndir = \"/data/q\"\n[handler]\nmax_threads = 1.5\nmax_frame = 3\n[rate_limit]\ncount = 3\ncount = 4\n"), 0o644)
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("[queue]\ndir = \"/data/q\"\n"), 0o644)
+	rc, out := runLogged("--config", bad, "--check-config")
+	if rc != 1 {
+		t.Errorf("bad config: exit %d, want 1", rc)
+	}
+	for _, want := range []string{
+		bad + ":4: handler.max_threads: \"1.5\": not a string, integer or boolean",
+		bad + ":5: handler.max_frame: unknown key",
+		bad + ":8: rate_limit.count: set twice",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, p := range []string{good, filepath.Join(dir, "missing.toml")} {
+		if rc, _ := runLogged("--config", p, "--check-config"); rc != 0 {
+			t.Errorf("%s: exit %d, want 0", p, rc)
+		}
+	}
+	if rc, _ := runLogged("--config", dir, "--check-config"); rc != 1 {
+		t.Errorf("a directory as config: exit %d, want 1", rc)
+	}
+}
 
 // TestUploaderLogsDrift: at start the uploader says when core_pattern,
 // suid_dumpable or core_pipe_limit are not what unwound needs.
@@ -41,10 +76,16 @@ func onceWith(t *testing.T, corePattern string) (int, string) {
 	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q+"\"\nallow_volatile = true\n[upload]\nurl = \"http://127.0.0.1:9/\"\n"), 0o644)
 	procSys = filepath.Join(dir, "proc")
 	defer func() { procSys = "" }()
+	return runLogged("--config", cfg, "--once")
+}
+
+// runLogged runs the uploader with args and returns its exit status and
+// what it logged.
+func runLogged(args ...string) (int, string) {
 	var out bytes.Buffer
 	log.SetOutput(&out)
 	defer log.SetOutput(os.Stderr)
-	rc := run([]string{"--config", cfg, "--once"})
+	rc := run(args)
 	return rc, out.String()
 }
 
