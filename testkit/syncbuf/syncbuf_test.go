@@ -1,29 +1,35 @@
 package syncbuf
 
 import (
-	"fmt"
+	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 )
 
-// TestConcurrentWrites: lines written from several goroutines while the
-// buffer is read all arrive whole (go test -race checks the locking).
-func TestConcurrentWrites(t *testing.T) {
+// TestReadWhileAProcessWrites: the test reads the log while os/exec's
+// goroutine copies a child's output into it, and every line arrives
+// (go test -race checks the locking).
+func TestReadWhileAProcessWrites(t *testing.T) {
 	var b Buffer
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := 0; i < 100; i++ {
-				fmt.Fprintf(&b, "g%d line %d\n", g, i)
-				_ = b.String()
-			}
-		}(g)
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 500 ]; do echo line $i; i=$((i+1)); done")
+	cmd.Stdout = &b
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
 	}
-	wg.Wait()
-	if n := strings.Count(b.String(), "\n"); n != 400 {
-		t.Errorf("%d lines, want 400", n)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for reading := true; reading; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			reading = false
+		default:
+			_ = b.String()
+		}
+	}
+	if n := strings.Count(b.String(), "\n"); n != 500 {
+		t.Errorf("%d lines, want 500", n)
 	}
 }
