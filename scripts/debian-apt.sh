@@ -12,6 +12,9 @@
 #   EOF                                  architecture is the default one
 #   dapt apt-get|apt-cache ARGS...       runs the tool on that state
 #   dapt_update                          fetches the lists, at most daily
+#   dapt_cached TOP DIR FILE [REFRESH]   prints DIR and exits when DIR/FILE
+#                                        is there, else locks TOP for the rest
+#                                        of the script
 #
 # UNWOUND_DEBIAN_MIRROR overrides the mirror the callers write in their
 # sources (debian_mirror).
@@ -84,4 +87,22 @@ dapt_update() {
 	fi
 	echo "apt-get update failed and no lists are cached: is deb.debian.org reachable?" >&2
 	return 1
+}
+
+# dapt_cached TOP DIR FILE [REFRESH] is the cache check of a fetch script:
+# when DIR/FILE is there (and REFRESH is empty), it prints DIR and exits
+# the script. Else it takes TOP/.lock, held until the script exits, and
+# looks again: a concurrent run may have fetched it meanwhile.
+dapt_cached() {
+	if [ -s "$2/$3" ] && [ -z "${4:-}" ]; then
+		echo "$2"
+		exit 0
+	fi
+	mkdir -p "$1"
+	exec 9>"$1/.lock"
+	flock 9
+	if [ -s "$2/$3" ] && [ -z "${4:-}" ]; then
+		echo "$2"
+		exit 0
+	fi
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
@@ -294,27 +294,9 @@ func (r *rig) replug(t *testing.T, d time.Duration) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (r *rig) receiver(t testing.TB, args ...string) (*exec.Cmd, *syncBuffer) {
+func (r *rig) receiver(t testing.TB, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	_, unwound := binaries(t)
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd := exec.Command(unwound, append([]string{"receive", "--port", r.rxLink, "--out", r.out}, args...)...)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -408,7 +390,7 @@ func cutAndResume(t *testing.T, framing string) {
 	// mid-report (the board side closes; the entry in flight must stay
 	// queued and its bytes held by the receiver).
 	up1 := r.uploader(t, "", "--once", "--tries", "10", "--backoff", "200ms")
-	var up1Out syncBuffer
+	var up1Out syncbuf.Buffer
 	up1.Stderr = &up1Out
 	if err := up1.Start(); err != nil {
 		t.Fatal(err)
@@ -451,7 +433,7 @@ func TestSerialReceiveReplug(t *testing.T) {
 	r := newRig(t, 3, 2000, faults{bps: 11520, latency: 8 * time.Millisecond})
 	rx, rxLog := r.receiver(t, "--idle", "60s")
 	up := r.uploader(t, "", "--once", "--tries", "10", "--backoff", "200ms")
-	var upOut syncBuffer
+	var upOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &upOut, &upOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -500,7 +482,7 @@ func TestSerialDaemon(t *testing.T) {
 	r := newRig(t, 2, 300, lossy)
 	rx, rxLog := r.receiver(t, "--follow")
 	up := r.uploader(t, "1s")
-	var upOut syncBuffer
+	var upOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &upOut, &upOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
