@@ -85,19 +85,7 @@ func labFamilyGate(t *testing.T, rows map[string]*fixture.Figures) {
 		}
 	}
 	whole := os.Getenv("UNWOUND_LAB_VARIANTS") == "" && os.Getenv("UNWOUND_LAB_SCENARIOS") == ""
-	fam := fixture.ByFamily(rows)
-	for _, name := range fixture.Families {
-		f := fam[name]
-		if f == nil || f.Crashes == 0 {
-			continue
-		}
-		for _, bad := range f.Gate() {
-			if !whole && !strings.Contains(bad, "high or medium") {
-				continue
-			}
-			t.Errorf("lab family %s: %s", name, bad)
-		}
-	}
+	fixture.FamilyGate(t, rows, whole)
 }
 
 // TestLabDebian runs the real-pipe scenarios on Debian's packaged kernels
