@@ -80,6 +80,17 @@ func (g *SystemdGuest) Initramfs(o SystemdRootOptions) (*Initramfs, error) {
 	// base-files is not in the closure: what systemd reads of it.
 	r.File("/usr/lib/os-release", 0o644, []byte("PRETTY_NAME=\"unwound lab (Debian unstable packages)\"\nNAME=Debian\nID=debian\n"))
 	r.Symlink("/etc/os-release", "../usr/lib/os-release")
+	// Not a first boot: a fixed machine id, so neither systemd-firstboot
+	// (which would ask for a timezone on the console) nor the first-boot
+	// preset-all runs, and what is enabled is what the links below say.
+	r.File("/etc/machine-id", 0o444, []byte("2f1e0c5a9b8d4e7f8a6b5c4d3e2f1a0b\n"))
+	// What this guest lacks and a board would have: udev (no device unit
+	// ever appears, so a getty on ttyAMA0 would wait 90 s for its tty) and
+	// D-Bus (for logind); ldconfig has no binary here. Masked as a board
+	// masks what it does not ship.
+	for _, u := range []string{"systemd-logind.service", "ldconfig.service", "getty.target"} {
+		r.Symlink("/etc/systemd/system/"+u, "/dev/null")
+	}
 	r.Dir("/var/lib")
 	r.Dir("/tmp")
 	r.entries["tmp"] = entry{mode: modeDir | 0o1777}

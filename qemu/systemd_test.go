@@ -71,7 +71,7 @@ func TestSystemdCorePattern(t *testing.T) {
 			Timeout: 5 * time.Minute, Dir: t.TempDir(),
 			// systemd's own status lines, which quiet would hide: the
 			// console is all a failed boot leaves.
-			Append: "systemd.show_status=1"}
+			Append: "systemd.show_status=1 systemd.firstboot=off systemd.getty_auto=0"}
 		res, err := m.Run(context.Background())
 		if res != nil {
 			t.Logf("boot took %v", res.Duration.Round(time.Second))
@@ -83,6 +83,18 @@ func TestSystemdCorePattern(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep := ParseSystemdReport(res.Console)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("console:\n%s", tail(res.Console, 20000))
+			}
+		})
+		if i := strings.Index(res.Console, "--- journal"); i >= 0 {
+			j := strings.Index(res.Console[i:], "--- end")
+			if j < 0 {
+				j = len(res.Console) - i
+			}
+			t.Logf("guest's journal and kernel log:\n%s", res.Console[i:i+j])
+		}
 		for _, l := range strings.Split(res.Console, "\n") {
 			if strings.Contains(l, "unwound-systemd: ") {
 				t.Log(strings.TrimSpace(l))
@@ -127,14 +139,25 @@ func TestSystemdCorePattern(t *testing.T) {
 		}
 		t.Logf("register exited at %.3fs, unwound socket started at %.3fs, active at %.3fs",
 			float64(regDone)/1e6, float64(sockStart)/1e6, float64(usec(t, sock, "active_us"))/1e6)
+		// Ordered twice over: by the unit's own After= and, as a socket
+		// with default dependencies, after sysinit.target, which the
+		// register service is Before=.
+		after := "," + rep.Values["socket_after"] + ","
+		for _, u := range []string{"systemd-coredump-register.service", "systemd-sysctl.service", "sysinit.target"} {
+			if !strings.Contains(after, ","+u+",") {
+				t.Errorf("unwound-coredump.socket is not After=%s: After=%s", u, rep.Values["socket_after"])
+			}
+		}
 		if srv := unit(t, rep, "unwound-coredump.service"); srv["active"] != "active" {
 			t.Errorf("unwound-coredump.service after the crash: %v (socket activation)", srv)
 		}
 		if !strings.Contains(res.Console, "unwound-systemd: crash status=139") {
 			t.Errorf("the crash program did not die of SIGSEGV with a core (status 139)")
 		}
-		if rep.Values["queue_count"] != "1" {
+		if rep.Values["queue_count"] != "1" || len(rep.Queue) != 1 {
 			t.Errorf("unwound's queue holds %q reports, want 1: %q", rep.Values["queue_count"], rep.Queue)
+		} else if name := strings.Fields(rep.Queue[0])[0]; !strings.Contains(res.Console, "SIGSEGV: report "+name) {
+			t.Errorf("the server's log does not name %s as the crash's report", name)
 		}
 		if n := rep.Values["systemd_coredump_files"]; n != "0" {
 			t.Errorf("/var/lib/systemd/coredump holds %s files, want 0", n)

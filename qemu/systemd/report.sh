@@ -5,6 +5,7 @@
 say() { echo "unwound-systemd: $*"; }
 show() { systemctl show -P "$2" "$1" 2>/dev/null; }
 
+say "uptime=$(cut -d' ' -f1 /proc/uptime)"
 say "kernel=$(uname -r)"
 say "systemd=$(systemctl --version | head -n 1)"
 say "core_pattern=$(cat /proc/sys/kernel/core_pattern)"
@@ -14,6 +15,7 @@ for u in systemd-sysctl.service systemd-coredumpd.service systemd-coredump-regis
 		"exit=$(show $u ExecMainStatus) start_us=$(show $u InactiveExitTimestampMonotonic)" \
 		"active_us=$(show $u ActiveEnterTimestampMonotonic) main_exit_us=$(show $u ExecMainExitTimestampMonotonic)"
 done
+say "socket_after=$(show unwound-coredump.socket After | tr ' ' ',')"
 # The server writes the report after the kernel releases the task: wait
 # for it a little.
 q=/var/lib/unwound/queue
@@ -23,14 +25,14 @@ while [ "$i" -lt 30 ] && [ -z "$(ls -A "$q" 2>/dev/null)" ]; do
 	i=$((i + 1))
 done
 for f in "$q"/*; do
-	[ -e "$f" ] && say "queue $(basename "$f") $(wc -c <"$f")"
+	[ -f "$f" ] && say "queue $(basename "$f") $(wc -c <"$f")"
 done
-say "queue_count=$(ls -A "$q" 2>/dev/null | wc -l)"
+say "queue_count=$(ls "$q" 2>/dev/null | grep -c '\.json\.zst$')"
+ls -la "$q"
 say "systemd_coredump_files=$(ls -A /var/lib/systemd/coredump 2>/dev/null | wc -l)"
 say "journal_dumped_core=$(journalctl -b -q --no-pager -g 'dumped core' 2>/dev/null | wc -l)"
 pid=$(show unwound-coredump.service MainPID)
-[ -n "$pid" ] && [ "$pid" != 0 ] && say "server_rss_kb=$(sed -n 's/^VmRSS: *\([0-9]*\).*/\1/p' /proc/"$pid"/status)"
-say "boot=$(systemd-analyze time 2>/dev/null | head -n 1)"
+[ -n "$pid" ] && [ "$pid" != 0 ] && say "server_rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$pid"/status)"
 echo "--- journal: sysctl, coredump register, unwound"
 journalctl -b -q --no-pager -o short-monotonic -u systemd-sysctl.service -u systemd-coredumpd.service \
 	-u systemd-coredump-register.service -u unwound-coredump.socket -u unwound-coredump.service \
