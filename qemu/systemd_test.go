@@ -67,8 +67,16 @@ func TestSystemdCorePattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		dir := t.TempDir()
+		if d := os.Getenv("UNWOUND_LAB_KEEP"); d != "" {
+			// The console log (console.log) stays for a look.
+			dir = filepath.Join(d, "systemd-"+filepath.Base(t.Name()))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 		m := &Machine{Arch: "aarch64", Kernel: g.Kernel, Initramfs: r, Memory: "1G", CPU: "cortex-a57",
-			Timeout: 5 * time.Minute, Dir: t.TempDir(),
+			Timeout: 5 * time.Minute, Dir: dir,
 			// systemd's own status lines, which quiet would hide: the
 			// console is all a failed boot leaves.
 			Append: "systemd.show_status=1 systemd.firstboot=off systemd.getty_auto=0"}
