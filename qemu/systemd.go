@@ -41,7 +41,7 @@ func FetchSystemdGuest() (*SystemdGuest, error) {
 // busyboxApplets are the commands the lab's units and report.sh run that
 // the systemd packages do not bring (busybox-static does, as one binary).
 var busyboxApplets = []string{"sh", "cat", "echo", "ls", "sleep", "wc", "sed", "grep", "head", "tail",
-	"dmesg", "basename", "uname"}
+	"dmesg", "basename", "uname", "find", "cut", "tr"}
 
 // SystemdRootOptions says what goes into the guest besides the packages.
 type SystemdRootOptions struct {

@@ -59,7 +59,10 @@ bpkg=$(dapt apt-cache show --no-all-versions "$kpkg" | sed -n 's/^Depends: //p' 
 [ -n "$bpkg" ] && kpkg=$bpkg
 kver=$(version "$kpkg")
 sver=$(version systemd)
-[ -n "$kver" ] && [ -n "$sver" ] || { echo "get.sh: no version for $kpkg or systemd" >&2; exit 1; }
+if [ -z "$kver" ] || [ -z "$sver" ]; then
+	echo "get.sh: no version for $kpkg or systemd" >&2
+	exit 1
+fi
 key=systemd-$sver-$kpkg-$kver
 dir=$top/$key
 if [ -f "$dir/.done" ]; then

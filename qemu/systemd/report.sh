@@ -24,12 +24,15 @@ while [ "$i" -lt 30 ] && [ -z "$(ls -A "$q" 2>/dev/null)" ]; do
 	sleep 1
 	i=$((i + 1))
 done
+n=0
 for f in "$q"/*; do
-	[ -f "$f" ] && say "queue $(basename "$f") $(wc -c <"$f")"
+	[ -f "$f" ] || continue
+	say "queue $(basename "$f") $(wc -c <"$f")"
+	case $f in *.json.zst) n=$((n + 1)) ;; esac
 done
-say "queue_count=$(ls "$q" 2>/dev/null | grep -c '\.json\.zst$')"
+say "queue_count=$n"
 ls -la "$q"
-say "systemd_coredump_files=$(ls -A /var/lib/systemd/coredump 2>/dev/null | wc -l)"
+say "systemd_coredump_files=$(find /var/lib/systemd/coredump -type f 2>/dev/null | wc -l)"
 say "journal_dumped_core=$(journalctl -b -q --no-pager -g 'dumped core' 2>/dev/null | wc -l)"
 pid=$(show unwound-coredump.service MainPID)
 [ -n "$pid" ] && [ "$pid" != 0 ] && say "server_rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$pid"/status)"
