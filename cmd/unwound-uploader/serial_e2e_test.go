@@ -120,6 +120,16 @@ func (l *relay) count(p *int64, n int) {
 	l.mu.Unlock()
 }
 
+// due says a fault of a kind whose rate is above zero, and that has not
+// happened by chance (*p is 0), happens now: once the relay has read at
+// bytes. At these rates a run may otherwise see none, and the tests that
+// count on one of each would pass without the fault.
+func (l *relay) due(rate float64, p *int64, at int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rate > 0 && *p == 0 && l.in >= at
+}
+
 // read applies the faults to what from sends and queues it for delivery.
 func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 	rng := rand.New(rand.NewSource(seed))
@@ -146,7 +156,7 @@ func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 						l.count(&l.injected, 1)
 					}
 				}
-				if rng.Float64() < l.f.truncate {
+				if rng.Float64() < l.f.truncate || l.due(l.f.truncate, &l.truncated, 1000) {
 					trunc = true
 					l.count(&l.truncated, 1)
 				}
@@ -162,10 +172,10 @@ func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 				continue
 			}
 			switch x := rng.Float64(); {
-			case x < l.f.drop:
+			case x < l.f.drop || l.due(l.f.drop, &l.dropped, 3000):
 				l.count(&l.dropped, 1)
 				continue
-			case x < l.f.drop+l.f.flip:
+			case x < l.f.drop+l.f.flip || l.due(l.f.flip, &l.flipped, 2000):
 				c ^= 1 << rng.Intn(8)
 				l.count(&l.flipped, 1)
 			}
@@ -363,8 +373,9 @@ func TestSerialLossyRelay(t *testing.T) {
 		t.Fatal("the receiver did not hear that the queue was empty")
 	}
 	r.line.mu.Lock()
-	defer r.line.mu.Unlock()
-	if r.line.injected == 0 || r.line.truncated == 0 || r.line.dropped+r.line.flipped == 0 {
+	none := r.line.injected == 0 || r.line.truncated == 0 || r.line.dropped == 0 || r.line.flipped == 0
+	r.line.mu.Unlock()
+	if none {
 		t.Fatalf("faults not injected: %s", r.line.stats())
 	}
 }
