@@ -29,18 +29,9 @@ current() {
 	[ -f "$d/.done" ] || return 1
 	echo "$d"
 }
-if [ -z "${UNWOUND_SYSTEMD_REFRESH:-}" ] && current; then
-	exit 0
-fi
-mkdir -p "$top"
-exec 9>"$top/.lock"
-flock 9
-if [ -z "${UNWOUND_SYSTEMD_REFRESH:-}" ] && current; then
-	exit 0
-fi
-
 # shellcheck source=scripts/debian-apt.sh
 . "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
+dapt_once "$top/.lock" "${UNWOUND_SYSTEMD_REFRESH:-}" current
 apt=$top/apt-arm64
 debian_apt "$apt" arm64 <<EOT
 deb [arch=arm64 signed-by=$debian_keyring] $debian_mirror sid main
