@@ -7,8 +7,6 @@ package config
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/internal/regular"
+	"github.com/unwound-dev/unwound/internal/sha256"
 	"github.com/unwound-dev/unwound/report"
 )
 
@@ -468,7 +467,7 @@ func (c *Config) DeviceID() string {
 	if len(mid) == 0 {
 		return ""
 	}
-	m := hmac.New(sha256.New, mid)
+	m := sha256.NewHMAC(mid)
 	m.Write([]byte("unwound device id"))
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }

@@ -209,6 +209,10 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 			continue
 		}
 		p.PACMask = t.PACMask
+		sm, _ := c.img.mem.(*snapMem)
+		if sm != nil {
+			sm.missed.Store(false)
+		}
 		r := unwind.Unwind(p, pc, rs, unwind.Options{
 			Thumb:     c.img.arch.Thumb(t.Regs),
 			MaxFrames: c.env.cfg.Handler.MaxFrames,
@@ -229,6 +233,14 @@ func (c *crash) unwindThreads(deadline time.Time, final bool) {
 		}
 		if r.Stop == unwind.StopDeadline || (r.Stop == unwind.StopMaxFrames && walkShare < maxWalk) {
 			r.Detail = "this thread's share of the handler's deadline and frame budget is spent"
+			c.out.partial = true
+		} else if final && sm != nil && sm.missed.Load() && r.Stop != unwind.StopMaxFrames {
+			// Walked again after the release: the walk ran off the
+			// snapshot's window of the stack, which is not the stack's
+			// end, whatever the last strategy made of the missing words.
+			r.Detail = fmt.Sprintf("the freeze budget (%s) ran out before the walk did, which went on from the snapshot and ran off the stack window kept of this thread (handler.stack_window_kib; %s: %s)",
+				c.env.cfg.Handler.FreezeBudget.D(), r.Stop, r.Detail)
+			r.Stop = unwind.StopMemory
 			c.out.partial = true
 		}
 		c.out.results[t.TID] = r

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
@@ -26,12 +27,8 @@ func TestMatchesGDB(t *testing.T) {
 				variants = append(append([]string(nil), variants...), fixture.ARMStateVariants...)
 			}
 			for _, variant := range variants {
-				for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
-					prog := "crash"
-					if sc == "throw" {
-						prog = "crashxx"
-					}
-					b := fixture.Binary{Arch: arch, Variant: variant, Prog: prog, Dir: dir}
+				for _, sc := range fixture.ScenariosWithThrow() {
+					b := fixture.Binary{Arch: arch, Variant: variant, Prog: fixture.Prog(sc), Dir: dir}
 					t.Run(variant+"/"+sc, func(t *testing.T) { compareWithGDB(t, b, sc) })
 				}
 			}
@@ -45,14 +42,7 @@ func compareWithGDB(t *testing.T, b fixture.Binary, scenario string) {
 	}
 	core, kernel := fixture.Core(t, b, scenario)
 	want := fixture.Oracle(t, b, core)
-	opts := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	got, err := Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := offlineFixture(t, b, core, kernel, fixture.Sysroot(b.Arch))
 	if b.Arch == "arm" && strings.HasSuffix(b.Variant, "static") {
 		// Stripped static ARM binaries: glibc's libc.a leaves functions
 		// without .ARM.exidx entries of their own (abort, start_thread),
@@ -62,4 +52,20 @@ func compareWithGDB(t *testing.T, b fixture.Binary, scenario string) {
 		return
 	}
 	fixture.CompareReport(t, got, want)
+}
+
+// offlineFixture unwinds a fixture's core offline the way a user would,
+// the libraries from sysroot: a core without NT_FILE (qemu-user's, not
+// the kernel's) does not name the program, so it is given, stripped.
+func offlineFixture(t *testing.T, b fixture.Binary, core string, kernel bool, sysroot string) *report.Report {
+	t.Helper()
+	opts := OfflineOptions{CoreFile: core, Sysroot: sysroot, Config: config.Default(), Log: NewLogger(io.Discard)}
+	if !kernel {
+		opts.Exe = b.Stripped()
+	}
+	got, err := Offline(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

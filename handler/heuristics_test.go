@@ -69,14 +69,7 @@ func TestHeuristicsAgainstGDB(t *testing.T) {
 					b := fixture.Binary{Arch: arch, Variant: variant, Prog: "crash", Dir: dir}
 					core, kernel := fixture.Core(t, b, sc)
 					want := fixture.Oracle(t, b, core)
-					opts := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
-					if !kernel {
-						opts.Exe = b.Stripped()
-					}
-					got, err := Offline(opts)
-					if err != nil {
-						t.Fatal(err)
-					}
+					got := offlineFixture(t, b, core, kernel, fixture.Sysroot(b.Arch))
 					vt.measure(t, variant+"/"+sc, got, want)
 				}
 				t.Logf("%-22s %s", variant, vt)
@@ -108,13 +101,7 @@ func labHeuristics(t *testing.T, dirs string) {
 	if len(rows) == 0 {
 		return
 	}
-	var b strings.Builder
-	fixture.Table(&b, rows)
-	fixture.FamilyTables(&b, rows)
-	t.Logf("kept lab cores against gdb (or the known chain where gdb fails), by row and by family:\n%s", b.String())
-	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
-		os.WriteFile(p, []byte(b.String()), 0o644)
-	}
+	fixture.LogTables(t, "kept lab cores against gdb (or the known chain where gdb fails), by row and by family", rows)
 }
 
 // labFigures counts the crashes a kept lab run lists into rows, keyed

@@ -51,43 +51,21 @@ func (b *syncBuffer) String() string {
 
 func newSocketHost(t *testing.T) *socketHost {
 	t.Helper()
-	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
-		t.Skip("opt-in: make test-host (root; points core_pattern at a coredump socket and restores it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
-	}
-	dir, err := os.MkdirTemp("", "uw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testutil.HostDir(t, "points core_pattern at a coredump socket")
 	h := &socketHost{dir: dir, sock: filepath.Join(dir, "coredump.sock")}
 	h.bin, h.cfg, h.qdir, _ = hostHandler(t, dir)
 	// No save_core_dir: the report must come from the live path alone.
 	text, _ := os.ReadFile(h.cfg)
 	text = regexpLine(text, "save_core_dir")
 	os.WriteFile(h.cfg, text, 0o644)
-	h.prog = filepath.Join(dir, "crasher")
-	os.WriteFile(h.prog+".c", []byte(crashSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", h.prog, h.prog+".c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	h.prog = buildCrasher(t, dir)
 	// The pattern's restore is set up first, then the socket lines are
 	// tried: a kernel before 6.16 refuses both with EINVAL.
-	set := testutil.SwapCorePattern(t)
-	for _, p := range []string{"@@" + h.sock, "@" + h.sock} {
-		if err := set(p); err == nil {
-			h.pattern = p
-			break
-		}
-	}
+	h.pattern = testutil.SwapCoreSocket(t, h.sock)
 	if h.pattern == "" {
 		t.Skipf("kernel %s takes no coredump socket pattern (6.16 or later does)", sysctl.KernelRelease())
 	}
+	var err error
 	h.q, err = queue.Open(h.qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)

@@ -186,39 +186,9 @@ func runOffline(t *testing.T, bin string, core []byte, stdin, hold bool) childRu
 	// bounds what the core can make the handler allocate (the runtime
 	// dies of "out of memory" past it, and the test fails).
 	cmd := exec.Command("prlimit", "--data=134217728", bin, "--config", cfg, "--core-file", arg, "--sysroot", dir, "--print-json")
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	var pw *os.File
-	if stdin {
-		pr, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdin, pw = pr, w
-		defer pr.Close()
-	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if pw != nil {
-		go func() {
-			pw.Write(core)
-			if !hold {
-				pw.Close()
-			}
-		}()
-	}
-	err := cmd.Wait()
-	if pw != nil {
-		pw.Close()
-	}
-	run := childRun{elapsed: time.Since(start), log: stderr.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		run.rc = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	run := feedRun(t, cmd, stdin, core, hold)
 	var r report.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err == nil {
 		run.reports = append(run.reports, &r)

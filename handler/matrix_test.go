@@ -3,14 +3,12 @@ package handler
 import (
 	"errors"
 	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
@@ -44,11 +42,7 @@ func TestMatrixFigures(t *testing.T) {
 				fig := &fixture.Figures{}
 				rows[arch+"/"+variant] = fig
 				for _, sc := range matrixScenarios(dir, arch, variant) {
-					prog := "crash"
-					if sc == "throw" {
-						prog = "crashxx"
-					}
-					b := fixture.Binary{Arch: arch, Variant: variant, Prog: prog, Dir: dir}
+					b := fixture.Binary{Arch: arch, Variant: variant, Prog: fixture.Prog(sc), Dir: dir}
 					t.Run(variant+"/"+sc, func(t *testing.T) {
 						got, want := matrixCase(t, b, sc)
 						mu.Lock()
@@ -82,13 +76,7 @@ func TestMatrixFigures(t *testing.T) {
 			t.Errorf("%s: %d/%d frames equal to gdb's (%.1f%%), want at least 90%%", k, fig.Equal, fig.Want, fig.Share())
 		}
 	}
-	var b strings.Builder
-	fixture.Table(&b, rows)
-	fixture.FamilyTables(&b, rows)
-	t.Logf("crashed-thread frames against gdb (or the known call chain where gdb fails), by row and by family:\n%s", b.String())
-	if p := os.Getenv("UNWOUND_FIGURES"); p != "" {
-		os.WriteFile(p, []byte(b.String()), 0o644)
-	}
+	fixture.LogTables(t, "crashed-thread frames against gdb (or the known call chain where gdb fails), by row and by family", rows)
 	// musl (issue 16): the rows must not fall below what they reached.
 	for name, fl := range fixture.MuslFloors {
 		fig := rows[name]
@@ -99,27 +87,7 @@ func TestMatrixFigures(t *testing.T) {
 			t.Errorf("%s: %d/%d frames equal, below the %d/%d it reached", name, fig.Equal, fig.Want, fl.Equal, fl.Want)
 		}
 	}
-	familyGate(t, rows, whole)
-}
-
-// familyGate fails on issue 25's bounds, per family (fixture.Families):
-// no crash with a wrong frame at high or medium trust and, over whole
-// rows, at most 2% of the crashes with a wrong low-trust frame.
-func familyGate(t *testing.T, rows map[string]*fixture.Figures, whole bool) {
-	t.Helper()
-	fam := fixture.ByFamily(rows)
-	for _, name := range fixture.Families {
-		f := fam[name]
-		if f == nil || f.Crashes == 0 {
-			continue
-		}
-		for _, bad := range f.Gate() {
-			if !whole && !strings.Contains(bad, "high or medium") {
-				continue // a -run pattern picked a few crashes of a row
-			}
-			t.Errorf("family %s: %s", name, bad)
-		}
-	}
+	fixture.FamilyGate(t, rows, whole)
 }
 
 func matrixScenarios(dir, arch, variant string) []string {
@@ -141,15 +109,7 @@ func matrixCase(t *testing.T, b fixture.Binary, scenario string) (*report.Report
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	opts := OfflineOptions{CoreFile: core, Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	got, err := Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got, want
+	return offlineFixture(t, b, core, kernel, b.Sysroot()), want
 }
 
 // countFigures adds one crash to fig: against gdb where gdb's walk follows
@@ -161,17 +121,10 @@ func countFigures(t *testing.T, fig *fixture.Figures, b fixture.Binary, scenario
 		return fig.AddGDB(name, got, want)
 	}
 	th := got.Crashed()
-	syms, err := fixture.LoadSymbols(b.Unstripped())
-	if err != nil || th == nil {
-		t.Fatalf("symbols: %v, crashed thread %v", err, th)
+	if th == nil {
+		t.Fatal("no crashed thread")
 	}
-	mod := -1
-	for i, m := range got.Modules {
-		if m.Path == got.Exe {
-			mod = i
-		}
-	}
-	names := syms.Names(got, th, mod)
+	names := b.FrameNames(t, got, th)
 	var meth []string
 	for _, f := range th.Frames {
 		meth = append(meth, f.Method)

@@ -15,12 +15,19 @@ type snapMem struct {
 	snap     *coredump.Memory
 	live     io.ReaderAt // nil when there is no live source
 	released atomic.Bool
-	cache    *pageCache
+	// missed is set when a read after the release fell outside the
+	// snapshot: a walk that ends then ends where the snapshot does.
+	missed atomic.Bool
+	cache  *pageCache
 }
 
 func (m *snapMem) ReadAt(p []byte, off int64) (int, error) {
 	n, err := m.snap.ReadAt(p, off)
-	if err == nil || m.live == nil || m.released.Load() {
+	if err == nil || m.live == nil {
+		return n, err
+	}
+	if m.released.Load() {
+		m.missed.Store(true)
 		return n, err
 	}
 	return m.readLive(p, off)

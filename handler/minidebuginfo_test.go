@@ -32,15 +32,11 @@ func TestMiniDebugInfoMatchesGDB(t *testing.T) {
 				tally[k] = &fixture.Tally{}
 			}
 			for _, variant := range fixture.MiniDebugInfoVariants(arch) {
-				for _, sc := range append(append([]string(nil), fixture.Scenarios...), "throw") {
+				for _, sc := range fixture.ScenariosWithThrow() {
 					if sc == "recursion" {
 						continue // elided traces; TestMatchesGDB and the lab cover them
 					}
-					prog := "crash"
-					if sc == "throw" {
-						prog = "crashxx"
-					}
-					b := fixture.Binary{Arch: arch, Variant: variant, Prog: prog, Dir: dir}
+					b := fixture.Binary{Arch: arch, Variant: variant, Prog: fixture.Prog(sc), Dir: dir}
 					if _, err := os.Stat(b.Stripped()); err != nil {
 						continue
 					}

@@ -46,13 +46,8 @@ func TestPLTStubFrameZero(t *testing.T) {
 	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
-			dir := fixture.BuildVariants(t, arch, pltVariants...)
-			for _, v := range pltVariants {
-				b := fixture.Binary{Arch: arch, Variant: v, Prog: "crash", Dir: dir}
-				if _, err := os.Stat(b.Stripped()); err != nil {
-					continue // not built for this arch (build.sh says why)
-				}
-				t.Run(v, func(t *testing.T) {
+			for _, b := range builtVariants(t, arch, pltVariants...) {
+				t.Run(b.Variant, func(t *testing.T) {
 					got, want := matrixCase(t, b, "pltstub")
 					if want == nil {
 						t.Skip("no gdb walk of this core")
@@ -92,6 +87,20 @@ func TestPLTStubFrameZero(t *testing.T) {
 	}
 }
 
+// builtVariants are crash built in each of variants for arch, those that
+// build.sh could build here (it says why not).
+func builtVariants(t *testing.T, arch string, variants ...string) []fixture.Binary {
+	dir := fixture.BuildVariants(t, arch, variants...)
+	var bs []fixture.Binary
+	for _, v := range variants {
+		b := fixture.Binary{Arch: arch, Variant: v, Prog: "crash", Dir: dir}
+		if _, err := os.Stat(b.Stripped()); err == nil {
+			bs = append(bs, b)
+		}
+	}
+	return bs
+}
+
 // ehBiasVariants are crash.c linked by GNU ld with the unwind tables
 // (.eh_frame_hdr, .eh_frame; on ARM .ARM.exidx) moved into a PT_LOAD of
 // their own whose vaddr-offset is 2 MiB off the text's.
@@ -112,12 +121,8 @@ func TestEhFrameSectionBias(t *testing.T) {
 	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
 		arch := arch
 		t.Run(arch, func(t *testing.T) {
-			dir := fixture.BuildVariants(t, arch, ehBiasVariants...)
-			for _, v := range ehBiasVariants {
-				b := fixture.Binary{Arch: arch, Variant: v, Prog: "crash", Dir: dir}
-				if _, err := os.Stat(b.Stripped()); err != nil {
-					continue
-				}
+			for _, b := range builtVariants(t, arch, ehBiasVariants...) {
+				v := b.Variant
 				if d := tableBiasDelta(t, b.Stripped()); d == 0 {
 					t.Fatalf("fixture: %s has its unwind tables at the text's bias", b.Stripped())
 				} else {
@@ -144,7 +149,7 @@ func TestEhFrameSectionBias(t *testing.T) {
 						if len(fig.Cases) > 0 {
 							t.Errorf("wrong frames: %s\nours: %s", strings.Join(fig.Cases, "; "), framesOf(th))
 						}
-						if !fixture.Subsequence(namesOf(t, b, got), fixture.KnownChains[sc]) {
+						if !fixture.Subsequence(b.FrameNames(t, got, got.Crashed()), fixture.KnownChains[sc]) {
 							t.Errorf("the crashed thread does not reach main through %v: %s (stop %s: %s)", fixture.KnownChains[sc], framesOf(th), th.StopReason, th.StopDetail)
 						}
 						if arch != "x86_64" {
@@ -201,20 +206,6 @@ func framesOf(th *report.Thread) string {
 		fmt.Fprintf(&b, "%s/%s/%s ", f.PC, f.Method, fixture.Trust(f))
 	}
 	return b.String()
-}
-
-func namesOf(t *testing.T, b fixture.Binary, r *report.Report) []string {
-	syms, err := fixture.LoadSymbols(b.Unstripped())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod := -1
-	for i, m := range r.Modules {
-		if m.Path == r.Exe {
-			mod = i
-		}
-	}
-	return syms.Names(r, r.Crashed(), mod)
 }
 
 // pltSection names the section of the program holding gdb's frame-0 PC
@@ -301,14 +292,8 @@ func TestEHABIGapWithoutCantUnwind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gdb comparisons: not in -short")
 	}
-	variants := []string{"clang-mold-default-static", "clang-mold-tables-static"}
-	dir := fixture.BuildVariants(t, "arm", variants...)
-	for _, v := range variants {
-		b := fixture.Binary{Arch: "arm", Variant: v, Prog: "crash", Dir: dir}
-		if _, err := os.Stat(b.Stripped()); err != nil {
-			continue // not built here (build.sh says why)
-		}
-		t.Run(v, func(t *testing.T) {
+	for _, b := range builtVariants(t, "arm", "clang-mold-default-static", "clang-mold-tables-static") {
+		t.Run(b.Variant, func(t *testing.T) {
 			got, want := matrixCase(t, b, "memcpy")
 			if want == nil {
 				t.Skip("no gdb walk of this core")

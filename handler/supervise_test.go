@@ -58,32 +58,7 @@ func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, h
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"--config", h.cfg}, args...)...)
 	cmd.Env = append(env, "UNWOUND_LOG_STDERR=1")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdin = pr
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pr.Close()
-	go func() {
-		pw.Write(core) // fails with EPIPE once the handler lets go
-		if !hold {
-			pw.Close()
-		}
-	}()
-	err = cmd.Wait()
-	pw.Close()
-	run := childRun{elapsed: time.Since(start), log: stderr.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		run.rc = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	run := feedRun(t, cmd, true, core, hold)
 	q, err := queue.Open(h.qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +71,48 @@ func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, h
 			t.Fatalf("%s: %v", e.Name, err)
 		}
 		run.reports = append(run.reports, r)
+	}
+	return run
+}
+
+// feedRun runs cmd with core on its stdin (when piped) or none, and says
+// how it ended. The core goes through a pipe, closed after it unless hold
+// (as a stalled kernel keeps it open); the parent keeps no read end, so a
+// write fails with EPIPE once the child lets go, as the kernel's would.
+func feedRun(t *testing.T, cmd *exec.Cmd, piped bool, core []byte, hold bool) childRun {
+	t.Helper()
+	var pr, pw *os.File
+	if piped {
+		var err error
+		if pr, pw, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = pr
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if piped {
+		pr.Close()
+		go func() {
+			pw.Write(core) // fails with EPIPE once the handler lets go
+			if !hold {
+				pw.Close()
+			}
+		}()
+	}
+	err := cmd.Wait()
+	if piped {
+		pw.Close()
+	}
+	run := childRun{elapsed: time.Since(start), log: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		run.rc = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	return run
 }

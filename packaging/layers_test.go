@@ -180,6 +180,20 @@ func makeInstallArgs(t *testing.T, text string) map[string]string {
 	return nil
 }
 
+// checkMakeInstall checks the make install command of a recipe's text:
+// the VAR=value arguments in want are given, and every argument is a
+// variable of the Makefile (checkMakeVars).
+func checkMakeInstall(t *testing.T, text string, want map[string]string) {
+	t.Helper()
+	args := makeInstallArgs(t, text)
+	checkMakeVars(t, args)
+	for k, want := range want {
+		if args[k] != want {
+			t.Errorf("make install %s=%q, want %q", k, args[k], want)
+		}
+	}
+}
+
 // checkMakeVars fails for a variable passed to make install that the
 // Makefile does not define (a typo would be silently ignored by make).
 func checkMakeVars(t *testing.T, args map[string]string) {
@@ -339,9 +353,7 @@ func TestYoctoRecipe(t *testing.T) {
 
 	// make install: variables that exist, INIT from DISTRO_FEATURES, the
 	// init script name update-rc.d expects, binaries from do_compile.
-	args := makeInstallArgs(t, text)
-	checkMakeVars(t, args)
-	for k, want := range map[string]string{
+	checkMakeInstall(t, text, map[string]string{
 		"INIT":       "${UNWOUND_INIT}",
 		"QUEUE_DIR":  "${UNWOUND_QUEUE_DIR}",
 		"DESTDIR":    "${D}",
@@ -352,11 +364,7 @@ func TestYoctoRecipe(t *testing.T) {
 		// cross wrapper that exports the target's GOARCH.
 		"HOST_GO":      "${STAGING_BINDIR_NATIVE}/go",
 		"INSTALL_WORK": "${B}/install-work",
-	} {
-		if args[k] != want {
-			t.Errorf("make install %s=%q, want %q", k, args[k], want)
-		}
-	}
+	})
 	if !strings.Contains(text, "-o ${B}/unwound-bin/") {
 		t.Error("do_compile does not build into ${B}/unwound-bin/, where make install takes the binaries")
 	}
@@ -537,19 +545,13 @@ func TestBuildrootPackage(t *testing.T) {
 			t.Errorf("unwound.mk does not look at %s", sym)
 		}
 	}
-	args := makeInstallArgs(t, mk)
-	checkMakeVars(t, args)
-	for k, want := range map[string]string{
+	checkMakeInstall(t, mk, map[string]string{
 		"DESTDIR":    "$(TARGET_DIR)",
 		"INIT":       "$(UNWOUND_INIT)",
 		"PREBUILT":   "$(@D)/bin",
 		"INITSCRIPT": "",
 		"BOARD_CMDS": "unwound-handler unwound-uploader",
-	} {
-		if args[k] != want {
-			t.Errorf("make install %s=%q, want %q", k, args[k], want)
-		}
-	}
+	})
 
 	// Licence files: listed, hashed in unwound.hash, hashes right, complete.
 	hashes := map[string]string{}

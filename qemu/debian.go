@@ -27,14 +27,10 @@ var DebianFlavours = map[string]string{"aarch64": "arm64", "arm": "armmp", "x86_
 // Debian fetches (or finds in the cache) Debian's kernel for arch.
 func Debian(arch string) (*DebianKernel, error) {
 	script := filepath.Join(repoRoot(), "qemu", "kernel", "debian.sh")
-	cmd := exec.Command(script, arch)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	dir, err := runScript(exec.Command(script, arch), "debian kernel "+arch)
 	if err != nil {
-		return nil, fmt.Errorf("debian kernel %s: %v\n%s", arch, err, stderr.String())
+		return nil, err
 	}
-	dir := strings.TrimSpace(string(out))
 	pkg, _ := os.ReadFile(filepath.Join(dir, "package"))
 	return &DebianKernel{Arch: arch, Dir: dir, Image: filepath.Join(dir, "vmlinuz"), Package: strings.TrimSpace(string(pkg))}, nil
 }

@@ -44,14 +44,7 @@ var ImageScenarios = []ImageScenario{
 // Debian's busybox-static, or Debian's source cross-built for riscv64).
 func Busybox(arch string) (string, error) {
 	script := filepath.Join(repoRoot(), "qemu", "busybox", "get.sh")
-	cmd := exec.Command(script, arch)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("busybox %s: %v\n%s", arch, err, stderr.String())
-	}
-	return strings.TrimSpace(string(out)), nil
+	return runScript(exec.Command(script, arch), "busybox "+arch)
 }
 
 // MakeInstall runs the project's `make install DESTDIR=dest INIT=sysvinit`

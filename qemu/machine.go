@@ -49,11 +49,19 @@ func KernelSeries(arch, series string) (string, error) {
 	if series != "" {
 		cmd.Env = append(cmd.Env, "UNWOUND_KERNEL="+series)
 	}
+	return runScript(cmd, "kernel "+arch)
+}
+
+// runScript runs one of the scripts that fetch or build what the lab
+// boots (kernel/build.sh, kernel/debian.sh, busybox/get.sh) and returns
+// the path it prints. Its error names what was asked for and holds the
+// script's stderr.
+func runScript(cmd *exec.Cmd, what string) (string, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("kernel %s: %v\n%s", arch, err, stderr.String())
+		return "", fmt.Errorf("%s: %v\n%s", what, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
 }

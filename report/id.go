@@ -1,13 +1,14 @@
 package report
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // NewID returns a random 128-bit report id as 32 hex digits. It never

@@ -12,6 +12,10 @@
 #   EOF                                  architecture is the default one
 #   dapt apt-get|apt-cache ARGS...       runs the tool on that state
 #   dapt_update                          fetches the lists, at most daily
+#   dapt_once LOCK REFRESH CHECK...      exits when CHECK finds the cache,
+#                                        else locks LOCK for the rest of the
+#                                        script
+#   dapt_cached TOP DIR FILE [REFRESH]   the same for DIR/FILE, lock TOP/.lock
 #
 # UNWOUND_DEBIAN_MIRROR overrides the mirror the callers write in their
 # sources (debian_mirror).
@@ -85,3 +89,30 @@ dapt_update() {
 	echo "apt-get update failed and no lists are cached: is deb.debian.org reachable?" >&2
 	return 1
 }
+
+# dapt_once LOCK REFRESH CHECK... is the cache check of a fetch script:
+# when REFRESH is empty and the command CHECK succeeds (it prints what is
+# cached), the script exits. Else it takes the lock file LOCK, held until
+# the script exits, and checks again: a concurrent run may have fetched
+# it meanwhile.
+dapt_once() {
+	dapt_lock=$1
+	dapt_refresh=$2
+	shift 2
+	if [ -z "$dapt_refresh" ] && "$@"; then
+		exit 0
+	fi
+	mkdir -p "$(dirname "$dapt_lock")"
+	exec 9>"$dapt_lock"
+	flock 9
+	if [ -z "$dapt_refresh" ] && "$@"; then
+		exit 0
+	fi
+}
+
+# dapt_cached TOP DIR FILE [REFRESH] is dapt_once for a cache at a fixed
+# place: DIR/FILE there means DIR is cached; the lock is TOP/.lock.
+dapt_cached() {
+	dapt_once "$1/.lock" "${4:-}" dapt_dir_has "$2" "$3"
+}
+dapt_dir_has() { [ -s "$1/$2" ] && echo "$1"; }

@@ -351,6 +351,13 @@ func (f fault) String() string {
 	return [...]string{"pass", "reset mid-body", "500", "429 Retry-After", "black hole", "reply lost", "422"}[f]
 }
 
+// canned are the proxy's answers to the faults that are a response.
+var canned = map[fault]string{
+	err500:   "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops\n",
+	slowDown: "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+	reject:   "HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 8\r\n\r\nnot ours",
+}
+
 // proxy forwards HTTP/1.1 requests to backend, injecting plan's faults.
 type proxy struct {
 	ln      net.Listener
@@ -403,23 +410,16 @@ func (p *proxy) conn(c net.Conn) {
 			c.(*net.TCPConn).SetLinger(0)
 			c.Close()
 		}
+		if resp, ok := canned[f]; ok {
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, resp)
+			continue
+		}
 		switch f {
 		case resetBody:
 			io.CopyN(io.Discard, req.Body, req.ContentLength/2)
 			reset()
 			return
-		case err500:
-			io.Copy(io.Discard, req.Body)
-			io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops\n")
-			continue
-		case slowDown:
-			io.Copy(io.Discard, req.Body)
-			io.WriteString(c, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
-			continue
-		case reject:
-			io.Copy(io.Discard, req.Body)
-			io.WriteString(c, "HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 8\r\n\r\nnot ours")
-			continue
 		case blackHole:
 			io.Copy(io.Discard, req.Body)
 			io.Copy(io.Discard, c) // until the client gives up

@@ -14,7 +14,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/internal/sha256"
 	"github.com/unwound-dev/unwound/internal/version"
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"

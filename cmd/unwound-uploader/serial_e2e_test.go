@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
@@ -120,6 +120,16 @@ func (l *relay) count(p *int64, n int) {
 	l.mu.Unlock()
 }
 
+// due says a fault of a kind whose rate is above zero, and that has not
+// happened by chance (*p is 0), happens now: once the relay has read at
+// bytes. At these rates a run may otherwise see none, and the tests that
+// count on one of each would pass without the fault.
+func (l *relay) due(rate float64, p *int64, at int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rate > 0 && *p == 0 && l.in >= at
+}
+
 // read applies the faults to what from sends and queues it for delivery.
 func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 	rng := rand.New(rand.NewSource(seed))
@@ -146,7 +156,7 @@ func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 						l.count(&l.injected, 1)
 					}
 				}
-				if rng.Float64() < l.f.truncate {
+				if rng.Float64() < l.f.truncate || l.due(l.f.truncate, &l.truncated, 1000) {
 					trunc = true
 					l.count(&l.truncated, 1)
 				}
@@ -162,10 +172,10 @@ func (l *relay) read(from *os.File, to chan<- chunk, seed int64) {
 				continue
 			}
 			switch x := rng.Float64(); {
-			case x < l.f.drop:
+			case x < l.f.drop || l.due(l.f.drop, &l.dropped, 3000):
 				l.count(&l.dropped, 1)
 				continue
-			case x < l.f.drop+l.f.flip:
+			case x < l.f.drop+l.f.flip || l.due(l.f.flip, &l.flipped, 2000):
 				c ^= 1 << rng.Intn(8)
 				l.count(&l.flipped, 1)
 			}
@@ -294,27 +304,9 @@ func (r *rig) replug(t *testing.T, d time.Duration) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (r *rig) receiver(t testing.TB, args ...string) (*exec.Cmd, *syncBuffer) {
+func (r *rig) receiver(t testing.TB, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	_, unwound := binaries(t)
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd := exec.Command(unwound, append([]string{"receive", "--port", r.rxLink, "--out", r.out}, args...)...)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -381,8 +373,9 @@ func TestSerialLossyRelay(t *testing.T) {
 		t.Fatal("the receiver did not hear that the queue was empty")
 	}
 	r.line.mu.Lock()
-	defer r.line.mu.Unlock()
-	if r.line.injected == 0 || r.line.truncated == 0 || r.line.dropped+r.line.flipped == 0 {
+	none := r.line.injected == 0 || r.line.truncated == 0 || r.line.dropped == 0 || r.line.flipped == 0
+	r.line.mu.Unlock()
+	if none {
 		t.Fatalf("faults not injected: %s", r.line.stats())
 	}
 }
@@ -408,7 +401,7 @@ func cutAndResume(t *testing.T, framing string) {
 	// mid-report (the board side closes; the entry in flight must stay
 	// queued and its bytes held by the receiver).
 	up1 := r.uploader(t, "", "--once", "--tries", "10", "--backoff", "200ms")
-	var up1Out syncBuffer
+	var up1Out syncbuf.Buffer
 	up1.Stderr = &up1Out
 	if err := up1.Start(); err != nil {
 		t.Fatal(err)
@@ -451,7 +444,7 @@ func TestSerialReceiveReplug(t *testing.T) {
 	r := newRig(t, 3, 2000, faults{bps: 11520, latency: 8 * time.Millisecond})
 	rx, rxLog := r.receiver(t, "--idle", "60s")
 	up := r.uploader(t, "", "--once", "--tries", "10", "--backoff", "200ms")
-	var upOut syncBuffer
+	var upOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &upOut, &upOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -500,7 +493,7 @@ func TestSerialDaemon(t *testing.T) {
 	r := newRig(t, 2, 300, lossy)
 	rx, rxLog := r.receiver(t, "--follow")
 	up := r.uploader(t, "1s")
-	var upOut syncBuffer
+	var upOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &upOut, &upOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)

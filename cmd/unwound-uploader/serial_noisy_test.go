@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 )
 
 // A noisy dedicated line: 1e-3 of the bytes lost and 1e-3 flipped each
@@ -37,7 +39,7 @@ func TestSerialNoisyLine(t *testing.T) {
 			rx, rxLog := r.receiver(t, "--idle", budget.String())
 			start := time.Now()
 			up := r.uploader(t, "", "--once", "--tries", "1000", "--backoff", "200ms")
-			var upOut syncBuffer
+			var upOut syncbuf.Buffer
 			up.Stdout, up.Stderr = &upOut, &upOut
 			if err := up.Start(); err != nil {
 				t.Fatal(err)

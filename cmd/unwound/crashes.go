@@ -63,11 +63,6 @@ func crashesCmd(args []string, w io.Writer) error {
 		return fmt.Errorf("crashes %s: %w", sub, err)
 	}
 	defer closeFn()
-	out := func(v any) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
 	switch sub {
 	case "list":
 		if len(pos) > 0 {
@@ -82,28 +77,13 @@ func crashesCmd(args []string, w io.Writer) error {
 			}
 		}
 		gs, err := rd.Groups(f)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return out(gs)
-		}
-		return writeGroups(w, gs)
+		return emit(w, *asJSON, gs, err, writeGroups)
 	case "show":
 		if len(pos) != 1 {
 			return errors.New("crashes show: name one GROUP or REPORT")
 		}
 		g, r, err := resolve(rd, pos[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return out(struct {
-				Group  *collector.GroupDetail  `json:"group"`
-				Report *collector.ReportDetail `json:"report,omitempty"`
-			}{g, r})
-		}
-		return writeShow(w, g, r)
+		return emit(w, *asJSON, shown{g, r}, err, writeShow)
 	case "reports":
 		if len(pos) != 1 {
 			return errors.New("crashes reports: name one GROUP")
@@ -113,26 +93,39 @@ func crashesCmd(args []string, w io.Writer) error {
 			return err
 		}
 		reps, err := rd.Reports(q)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return out(reps)
-		}
-		return writeReports(w, reps)
+		return emit(w, *asJSON, reps, err, writeReports)
 	case "resymbolize":
 		res, err := rd.Resymbolize()
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return out(res)
-		}
-		fmt.Fprintf(w, "%d reports symbolized again: %d with more symbols, %d in another group; %d groups merged\n",
-			res.Reports, res.Improved, res.Regrouped, len(res.Merged))
-		for _, m := range res.Merged {
-			fmt.Fprintf(w, "  %s merged into %s\n", m.From, m.To)
-		}
+		return emit(w, *asJSON, res, err, writeResymbolized)
+	}
+	return nil
+}
+
+// emit prints what a subcommand got: indented JSON with --json, else
+// text.
+func emit[T any](w io.Writer, asJSON bool, v T, err error, text func(io.Writer, T) error) error {
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return text(w, v)
+}
+
+// shown is what crashes show found: a group, and a report of it.
+type shown struct {
+	Group  *collector.GroupDetail  `json:"group"`
+	Report *collector.ReportDetail `json:"report,omitempty"`
+}
+
+func writeResymbolized(w io.Writer, res collector.ResymbolizeResult) error {
+	fmt.Fprintf(w, "%d reports symbolized again: %d with more symbols, %d in another group; %d groups merged\n",
+		res.Reports, res.Improved, res.Regrouped, len(res.Merged))
+	for _, m := range res.Merged {
+		fmt.Fprintf(w, "  %s merged into %s\n", m.From, m.To)
 	}
 	return nil
 }
@@ -252,7 +245,8 @@ func writeReports(w io.Writer, reps []collector.ReportInfo) error {
 // writeShow prints a group's numbers and a report's symbolized trace (the
 // group's sample unless one report was asked for), as unwound symbolize
 // prints it.
-func writeShow(w io.Writer, g *collector.GroupDetail, r *collector.ReportDetail) error {
+func writeShow(w io.Writer, s shown) error {
+	g, r := s.Group, s.Report
 	fmt.Fprintf(w, "group %s: %s (%s)\n", g.ID, g.Signature, g.SignalName)
 	fmt.Fprintf(w, "  %d reports from %d boards, first seen %s, last seen %s", g.Count, g.Boards, g.FirstSeen.Local().Format(stamp), g.LastSeen.Local().Format(stamp))
 	if g.Kept != g.Count {

@@ -128,31 +128,39 @@ func decodeCmd(args []string) error {
 	if fs.NArg() == 0 {
 		return fmt.Errorf("decode: name at least one report file (or -)")
 	}
+	return eachReport(fs.Args(), func(_ int, r *report.Report) error {
+		switch *format {
+		case "json":
+			b, err := r.MarshalIndent()
+			if err == nil {
+				_, err = os.Stdout.Write(append(b, '\n'))
+			}
+			return err
+		case "text":
+			return summary(os.Stdout, r)
+		}
+		return fmt.Errorf("decode: unknown format %q", *format)
+	})
+}
+
+// eachReport calls fn with each named report file, in order. A file that
+// cannot be read is logged and passed over, and counted in the error at
+// the end; an error from fn stops at once.
+func eachReport(names []string, fn func(i int, r *report.Report) error) error {
 	failed := 0
-	for _, name := range fs.Args() {
+	for i, name := range names {
 		r, err := readReport(name)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "unwound:", err)
 			failed++
 			continue
 		}
-		switch *format {
-		case "json":
-			var b []byte
-			if b, err = r.MarshalIndent(); err == nil {
-				_, err = os.Stdout.Write(append(b, '\n'))
-			}
-		case "text":
-			err = summary(os.Stdout, r)
-		default:
-			return fmt.Errorf("decode: unknown format %q", *format)
-		}
-		if err != nil {
+		if err := fn(i, r); err != nil {
 			return err
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d reports could not be read", failed, fs.NArg())
+		return fmt.Errorf("%d of %d reports could not be read", failed, len(names))
 	}
 	return nil
 }
@@ -232,31 +240,16 @@ func symbolizeCmd(args []string, w io.Writer) error {
 	// build ID when no debug file is found on disk.
 	s := symbolize.New(symbolize.Options{DebugDirs: dirs, Sysroot: *sysroot, Debuginfod: symbolize.DebuginfodFromEnv(), IndexDir: symbolize.DefaultIndexDir()})
 	defer s.Close()
-	failed := 0
-	for i, name := range fs.Args() {
-		r, err := readReport(name)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "unwound:", err)
-			failed++
-			continue
-		}
+	return eachReport(fs.Args(), func(i int, r *report.Report) error {
 		res := s.Symbolize(r)
 		if *format == "json" {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			err = enc.Encode(res)
-		} else {
-			if i > 0 {
-				fmt.Fprintln(w)
-			}
-			err = symbolize.WriteText(w, res)
+			return enc.Encode(res)
 		}
-		if err != nil {
-			return err
+		if i > 0 {
+			fmt.Fprintln(w)
 		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d reports could not be read", failed, fs.NArg())
-	}
-	return nil
+		return symbolize.WriteText(w, res)
+	})
 }

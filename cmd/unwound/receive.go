@@ -75,10 +75,7 @@ func receiveCmd(args []string) error {
 		}
 		sinks = append(sinks, st)
 	}
-	var st receive.Sink = sinks
-	if len(sinks) == 1 {
-		st = sinks[0]
-	}
+	st := oneSink(sinks)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
@@ -89,4 +86,13 @@ func receiveCmd(args []string) error {
 		return fmt.Errorf("receive: %w", err)
 	}
 	return nil
+}
+
+// oneSink is where the reports go: a single sink itself (logs name it),
+// else all of them, in order.
+func oneSink(sinks receive.Tee) receive.Sink {
+	if len(sinks) == 1 {
+		return sinks[0]
+	}
+	return sinks
 }

@@ -129,10 +129,7 @@ func serve(args []string) error {
 		}
 		sinks = append(sinks, st)
 	}
-	var sink receive.Sink = sinks
-	if len(sinks) == 1 {
-		sink = sinks[0]
-	}
+	sink := oneSink(sinks)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := receive.Serve(ctx, sink, o); err != nil {

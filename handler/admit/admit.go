@@ -12,7 +12,6 @@
 package admit
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/internal/flock"
+	"github.com/unwound-dev/unwound/internal/sha256"
 	"github.com/unwound-dev/unwound/internal/smallsort"
 	"golang.org/x/sys/unix"
 )

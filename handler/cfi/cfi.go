@@ -167,14 +167,19 @@ func (t *Table) hdrEntry(i int) (loc, fde uint64, err error) {
 	return
 }
 
+// hdrBefore is the index of the .eh_frame_hdr entry with the largest
+// location at or below pc, -1 when none is.
+func (t *Table) hdrBefore(pc uint64) int {
+	return sort.Search(t.tabN, func(i int) bool {
+		loc, _, err := t.hdrEntry(i)
+		return err != nil || loc > pc
+	}) - 1
+}
+
 // Lookup finds the FDE covering pc (an address in the file's own space).
 func (t *Table) Lookup(pc uint64) (*FDE, error) {
 	if t.hdr != nil && t.tabN > 0 {
-		// Largest entry with loc <= pc.
-		i := sort.Search(t.tabN, func(i int) bool {
-			loc, _, err := t.hdrEntry(i)
-			return err != nil || loc > pc
-		}) - 1
+		i := t.hdrBefore(pc)
 		if i < 0 {
 			return nil, ErrNoFDE
 		}
@@ -494,10 +499,7 @@ func (t *Table) fdeAt(off uint64) (*FDE, error) {
 // boundary, for call-site validation.
 func (t *Table) StartBefore(pc uint64) (uint64, bool) {
 	if t.hdr != nil && t.tabN > 0 {
-		i := sort.Search(t.tabN, func(i int) bool {
-			loc, _, err := t.hdrEntry(i)
-			return err != nil || loc > pc
-		}) - 1
+		i := t.hdrBefore(pc)
 		if i < 0 {
 			return 0, false
 		}

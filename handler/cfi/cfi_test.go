@@ -94,14 +94,8 @@ func TestCIEAugmentations(t *testing.T) {
 				t.Fatal(err)
 			}
 			fdes, err := tab.All()
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("All err = %v, want %q", err, tc.err)
-				}
+			if endsInError(t, "All", err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("All: %v", err)
 			}
 			if len(fdes) != 1 {
 				t.Fatalf("%d FDEs", len(fdes))
@@ -375,4 +369,21 @@ func TestFormatErrors(t *testing.T) {
 	if _, err := NewDebugFrame(nil, Arch{}); err == nil {
 		t.Error("pointer size 0 accepted")
 	}
+}
+
+// endsInError fails t unless err is what a case wants: an error saying
+// want, or none when want is "". It reports whether the case ends there,
+// with the error it wanted.
+func endsInError(t *testing.T, what string, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want != "":
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s err = %v, want %q", what, err, want)
+		}
+		return true
+	case err != nil:
+		t.Fatalf("%s: %v", what, err)
+	}
+	return false
 }

@@ -239,14 +239,8 @@ func TestRowOpcodes(t *testing.T) {
 				binary.LittleEndian.PutUint32(data[off+1:], uint32(0x1050-field))
 			}
 			row, err := rowAt(t, data, a, tc.pc)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want %q", err, tc.err)
-				}
+			if endsInError(t, "Row", err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Row: %v", err)
 			}
 			var wantRegs [regs.Max]Rule
 			wantRegs[rRA] = regOff(-8)

@@ -20,20 +20,7 @@ import (
 // takes the pattern; it returns the crasher to run.
 func hostServer(t *testing.T, s *Server) (crasher string) {
 	t.Helper()
-	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
-		t.Skip("opt-in: make test-host (root; points core_pattern at a coredump socket and restores it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
-	}
-	dir, err := os.MkdirTemp("", "uw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testutil.HostDir(t, "points core_pattern at a coredump socket")
 	crasher = filepath.Join(dir, "crasher")
 	src := "int main(void) { *(volatile int *)0 = 1; return 0; }\n"
 	os.WriteFile(crasher+".c", []byte(src), 0o644)
@@ -56,15 +43,12 @@ func hostServer(t *testing.T, s *Server) (crasher string) {
 		}
 	})
 
-	set := testutil.SwapCorePattern(t)
-	for _, p := range []string{"@@" + sock, "@" + sock} {
-		if err := set(p); err == nil {
-			t.Logf("core_pattern %s", p)
-			return crasher
-		}
+	p := testutil.SwapCoreSocket(t, sock)
+	if p == "" {
+		t.Skip("the kernel takes no coredump socket pattern (6.16 or later does)")
 	}
-	t.Skip("the kernel takes no coredump socket pattern (6.16 or later does)")
-	return ""
+	t.Logf("core_pattern %s", p)
+	return crasher
 }
 
 // crash starts the crasher; wait returns how it ended and when.

@@ -419,10 +419,21 @@ func TestKuserNote(t *testing.T) {
 	}
 }
 
+// choiceOptions installs on a kernel release into this system (root "/")
+// or a staged root holding the handler, for the core_pattern choices.
+func choiceOptions(t *testing.T, root, release string) Options {
+	o := Options{Root: "/", Exe: "/usr/bin/unwound-handler", Config: "/etc/unwound/unwound.toml", KernelRelease: release}
+	if root == "staged" {
+		o.Root = t.TempDir()
+		o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
+		writeFile(t, o.Root, "usr/bin/unwound-handler", "")
+	}
+	return o
+}
+
 // The line install writes asks for the pidfd when the running kernel
 // passes one (auto), or as told; a staged root's auto is off.
 func TestInstallPidfdChoice(t *testing.T) {
-	const exe = "/usr/bin/unwound-handler"
 	for _, tc := range []struct {
 		root, mode, release string
 		want                bool
@@ -435,12 +446,8 @@ func TestInstallPidfdChoice(t *testing.T) {
 		{"staged", "auto", "6.18.0", false},
 		{"staged", "on", "6.1.0", true},
 	} {
-		o := Options{Root: "/", Exe: exe, Config: "/etc/unwound/unwound.toml", Pidfd: tc.mode, KernelRelease: tc.release}
-		if tc.root == "staged" {
-			o.Root = t.TempDir()
-			o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
-			writeFile(t, o.Root, "usr/bin/unwound-handler", "")
-		}
+		o := choiceOptions(t, tc.root, tc.release)
+		o.Pidfd = tc.mode
 		p, err := o.Pattern()
 		if err != nil {
 			t.Fatal(err)
@@ -449,14 +456,13 @@ func TestInstallPidfdChoice(t *testing.T) {
 			t.Errorf("%+v: %q", tc, p)
 		}
 	}
-	o := Options{Root: "/", Exe: exe, Pidfd: "sometimes"}
+	o := Options{Root: "/", Exe: "/usr/bin/unwound-handler", Pidfd: "sometimes"}
 	if _, err := o.Pattern(); err == nil {
 		t.Errorf("--pidfd sometimes accepted")
 	}
 }
 
 func TestInstallSocketChoice(t *testing.T) {
-	const exe = "/usr/bin/unwound-handler"
 	for _, tc := range []struct {
 		root, mode, release string
 		want                string // the pattern's start: "|" the pipe
@@ -473,12 +479,8 @@ func TestInstallSocketChoice(t *testing.T) {
 		{"staged", "@", "6.1.0", "@/run/unwound/coredump.sock"},
 		{"/", "sometimes", "6.18.0", "error"},
 	} {
-		o := Options{Root: "/", Exe: exe, Config: "/etc/unwound/unwound.toml", Socket: tc.mode, KernelRelease: tc.release}
-		if tc.root == "staged" {
-			o.Root = t.TempDir()
-			o.Exe = filepath.Join(o.Root, "usr/bin/unwound-handler")
-			writeFile(t, o.Root, "usr/bin/unwound-handler", "")
-		}
+		o := choiceOptions(t, tc.root, tc.release)
+		o.Socket = tc.mode
 		p, err := o.Pattern()
 		switch {
 		case tc.want == "error":

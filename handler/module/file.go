@@ -1,7 +1,6 @@
 package module
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/ehabi"
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // MaxSection caps how much of one section is read: no real unwind table

@@ -3,9 +3,6 @@ package module
 import (
 	"debug/elf"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -44,24 +41,6 @@ __attribute__((noinline)) int f1(int x) { return x * 3 + 1; }
 __attribute__((noinline)) int f2(int x) { return f1(x) + 2; }
 int main(void) { printf("%d\n", f2(1)); return 0; }
 `
-
-// buildLayout links layoutC; it skips when the toolchain lacks the linker.
-func buildLayout(t *testing.T, cc string, args ...string) string {
-	t.Helper()
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("%s not installed", cc)
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "layout.c")
-	if err := os.WriteFile(src, []byte(layoutC), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "layout")
-	if b, err := exec.Command(cc, append(append([]string{}, args...), "-o", out, src)...).CombinedOutput(); err != nil {
-		t.Skipf("%s %v: %v\n%s", cc, args, err, b)
-	}
-	return out
-}
 
 // ldsoMaps maps path's PT_LOAD segments the way ld.so and the kernel map
 // them: each at the page of p_vaddr + base, from the page of p_offset,
@@ -116,7 +95,7 @@ func TestPlaceLinkerLayouts(t *testing.T) {
 	for _, l := range linkerLayouts {
 		for _, k := range linkKinds {
 			t.Run(l.name+"/"+k.name, func(t *testing.T) {
-				path := buildLayout(t, l.cc, append(append([]string{}, l.args...), k.args...)...)
+				path := buildC(t, "layout", layoutC, l.cc, append(append([]string{}, l.args...), k.args...)...)
 				ef, err := elf.Open(path)
 				if err != nil {
 					t.Fatal(err)
@@ -132,16 +111,7 @@ func TestPlaceLinkerLayouts(t *testing.T) {
 				}
 				for _, perms := range []bool{true, false} {
 					t.Run(fmt.Sprintf("perms=%v", perms), func(t *testing.T) {
-						mods := Group(ldsoMaps(t, path, base, perms))
-						if len(mods) != 1 {
-							t.Fatalf("%d modules", len(mods))
-						}
-						m := mods[0]
-						c := m.Load([]Source{SysrootSource("/", nil)})
-						if c == nil {
-							t.Fatalf("Load: %v", m.Err)
-						}
-						defer c.Close()
+						m := loadOne(t, ldsoMaps(t, path, base, perms))
 						if m.Bias() != base {
 							t.Fatalf("bias %#x, want %#x (runtime offset %#x, compiled offset %#x, maps %+v)",
 								m.Bias(), base, m.RuntimeOffset, m.CompiledOffset, m.Maps)

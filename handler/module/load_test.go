@@ -18,17 +18,25 @@ const helloC = "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n
 // build compiles helloC with cc and args into a temporary directory.
 func build(t *testing.T, cc string, args ...string) string {
 	t.Helper()
+	return buildC(t, "hello", helloC, cc, args...)
+}
+
+// buildC compiles the C source src with cc and args into a temporary
+// directory as name; it skips when the toolchain lacks cc or what args
+// ask for (a linker).
+func buildC(t *testing.T, name, src, cc string, args ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("%s not installed", cc)
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "hello.c")
-	if err := os.WriteFile(src, []byte(helloC), 0o644); err != nil {
+	file := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "hello")
-	if b, err := exec.Command(cc, append(append([]string{}, args...), "-o", out, src)...).CombinedOutput(); err != nil {
-		t.Skipf("%s: %v\n%s", cc, err, b)
+	out := filepath.Join(dir, name)
+	if b, err := exec.Command(cc, append(append([]string{}, args...), "-o", out, file)...).CombinedOutput(); err != nil {
+		t.Skipf("%s %v: %v\n%s", cc, args, err, b)
 	}
 	return out
 }
@@ -67,6 +75,23 @@ func execOffset(t *testing.T, path string) uint64 {
 	return 0
 }
 
+// loadOne groups maps into the one module they must form and loads it
+// from this system's root; its file is closed when the test ends.
+func loadOne(t *testing.T, maps []Mapping) *Module {
+	t.Helper()
+	mods := Group(maps)
+	if len(mods) != 1 {
+		t.Fatalf("%d modules", len(mods))
+	}
+	m := mods[0]
+	c := m.Load([]Source{SysrootSource("/", nil)})
+	if c == nil {
+		t.Fatalf("Load: %v", m.Err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m
+}
+
 // loadPath loads path as a module mapped the way ld.so maps it, 0x10000000
 // above its link addresses.
 func loadPath(t *testing.T, path string) *Module {
@@ -86,16 +111,7 @@ func loadPath(t *testing.T, path string) *Module {
 		off := p.Off &^ 0xfff
 		maps = append(maps, Mapping{Start: start, End: (p.Vaddr+p.Memsz+0xfff)&^0xfff + base, Offset: off, Path: path})
 	}
-	mods := Group(maps)
-	if len(mods) != 1 {
-		t.Fatalf("%d modules", len(mods))
-	}
-	m := mods[0]
-	c := m.Load([]Source{SysrootSource("/", nil)})
-	if c == nil {
-		t.Fatalf("Load: %v", m.Err)
-	}
-	t.Cleanup(func() { c.Close() })
+	m := loadOne(t, maps)
 	if m.Bias() != base {
 		t.Errorf("bias %#x, want %#x", m.Bias(), uint64(base))
 	}

@@ -2,7 +2,6 @@ package module
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/unwound-dev/unwound/elf"
 	"github.com/unwound-dev/unwound/handler/cfi"
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // MiniDebugInfo (GDB manual "MiniDebugInfo"): a stripped file may carry, in

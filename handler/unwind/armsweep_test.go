@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -55,16 +54,7 @@ int main(int argc, char **argv) { (void)argv; return top(argc) + 1; }
 					starts[s.Value&^1] = s.Name
 				}
 			}
-			r, err := os.Open(stripped)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			f, err := module.Load(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			targets := callTargets(arch.ARM, f).all
+			targets := callTargets(arch.ARM, loadFile(t, stripped)).all
 			found := map[string]bool{}
 			falses := 0
 			for _, tg := range targets {

@@ -3,6 +3,7 @@ package unwind
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 
@@ -82,6 +83,14 @@ func (f *fakeProc) word(addr uint64, v uint64) {
 	}
 }
 
+// record writes a frame record at fp as x86's rbp chain and AArch64's
+// {x29, x30} lay it out: the previous frame pointer, then the return
+// address.
+func (f *fakeProc) record(fp, prev, ra uint64) {
+	f.word(fp, prev)
+	f.word(fp+uint64(f.a.PtrSize), ra)
+}
+
 func (f *fakeProc) insn32(addr uint64, w uint32) { f.order.PutUint32(f.mem.at(addr, 4), w) }
 func (f *fakeProc) insn16(addr uint64, h uint16) { f.order.PutUint16(f.mem.at(addr, 2), h) }
 func (f *fakeProc) code(addr uint64, b ...byte)  { copy(f.mem.at(addr, len(b)), b) }
@@ -89,6 +98,31 @@ func (f *fakeProc) code(addr uint64, b ...byte)  { copy(f.mem.at(addr, len(b)), 
 func (f *fakeProc) unwind(pc uint64, rs regs.Set, o Options) Result {
 	sort.Slice(f.mods, func(i, j int) bool { return f.mods[i].Start < f.mods[j].Start })
 	return Unwind(&Process{Arch: f.a, Modules: f.mods, Mem: f.mem}, pc, rs, o)
+}
+
+// regsOf is the register set holding each DWARF register number's value.
+func regsOf(vals map[int]uint64) regs.Set {
+	var rs regs.Set
+	for n, v := range vals {
+		rs.Set(n, v)
+	}
+	return rs
+}
+
+// loadFile loads the ELF file at path as a module's file, open until the
+// test ends.
+func loadFile(tb testing.TB, path string) *module.File {
+	tb.Helper()
+	r, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	f, err := module.Load(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
 }
 
 // Call encoders, the inverse of arch's decoders.
@@ -137,8 +171,24 @@ func check(t *testing.T, r Result, ws ...want) {
 	if ok {
 		return
 	}
+	logFrames(t, r)
+	t.Errorf("frames differ from %v (stop %s: %s)", ws, r.Stop, r.Detail)
+}
+
+// checkFirst checks the first len(ws) frames of r, and stops the test when
+// there are fewer.
+func checkFirst(t *testing.T, r Result, ws ...want) {
+	t.Helper()
+	if len(r.Frames) < len(ws) {
+		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
+	}
+	check(t, Result{Frames: r.Frames[:len(ws)]}, ws...)
+}
+
+// logFrames logs r's frames, before a test says what is wrong with them.
+func logFrames(t *testing.T, r Result) {
+	t.Helper()
 	for i, f := range r.Frames {
 		t.Logf("  #%d %#x %s %s", i, f.PC, f.Method, f.Trust)
 	}
-	t.Errorf("frames differ from %v (stop %s: %s)", ws, r.Stop, r.Detail)
 }

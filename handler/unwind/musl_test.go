@@ -7,8 +7,15 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+)
+
+// musl's __restore_rt, the restorer of SA_SIGINFO handlers, per
+// architecture.
+var (
+	restoreRtX86   = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05} // mov $15, %rax; syscall
+	restoreRtA64   = []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}       // mov x8, #139; svc 0
+	restoreRtThumb = []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}                   // mov.w r7, #173; svc 0
 )
 
 // musl's signal restorers (src/signal/*/restore.s) carry no unwind
@@ -23,12 +30,10 @@ func TestMuslRestorersRecognised(t *testing.T) {
 		spAt, pcAt uint64
 		cpsrAt     uint64 // ARM: the saved CPSR, 0 when none
 	}{
-		// mov $15, %rax; syscall
-		{"x86_64 __restore_rt", arch.X86_64, []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}, 0x28 + 120, 0x28 + 128, 0},
-		// mov x8, #139; svc 0
-		{"aarch64 __restore_rt", arch.AArch64, []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}, 128 + 176 + 8 + 31*8, 128 + 176 + 8 + 32*8, 0},
-		// Debian's armhf musl is Thumb-2: mov.w r7, #173; svc 0
-		{"arm __restore_rt (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf}, 160 + 13*4, 160 + 15*4, 160 + 16*4},
+		{"x86_64 __restore_rt", arch.X86_64, restoreRtX86, 0x28 + 120, 0x28 + 128, 0},
+		{"aarch64 __restore_rt", arch.AArch64, restoreRtA64, 128 + 176 + 8 + 31*8, 128 + 176 + 8 + 32*8, 0},
+		// Debian's armhf musl is Thumb-2.
+		{"arm __restore_rt (Thumb-2)", arch.ARM, restoreRtThumb, 160 + 13*4, 160 + 15*4, 160 + 16*4},
 		// mov.w r7, #119; svc 0
 		{"arm __restore (Thumb-2)", arch.ARM, []byte{0x4f, 0xf0, 0x77, 0x07, 0x00, 0xdf}, 32 + 13*4, 32 + 15*4, 32 + 16*4},
 		// musl built for A32: mov r7, #173; svc 0
@@ -44,8 +49,7 @@ func TestMuslRestorersRecognised(t *testing.T) {
 			if tc.cpsrAt != 0 {
 				f.word(sp+tc.cpsrAt, arch.CPSRThumb)
 			}
-			var rs regs.Set
-			rs.Set(tc.a.SP, sp)
+			rs := regsOf(map[int]uint64{tc.a.SP: sp})
 			r := f.unwind(tramp, rs, Options{NoScan: true})
 			if len(r.Frames) < 2 {
 				t.Fatalf("%d frames (stop %s: %s), want the interrupted one", len(r.Frames), r.Stop, r.Detail)
@@ -69,14 +73,12 @@ func TestMuslRestorersRecognised(t *testing.T) {
 func TestScanRefusesStaleRestorer(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const caller, raise, tramp = 0x10000, 0x10100, 0x12000
-	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	f.code(tramp, restoreRtX86...)
 	f.code(caller+0x20, callX86(caller+0x20, raise)...)
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, tramp)        // stale; zeros above: no interrupted context
 	f.word(sp+0x200, caller+0x25) // raise's return address
-	var rs regs.Set
-	rs.Set(7, sp)
-	r := f.unwind(raise+0x30, rs, Options{})
+	r := f.unwind(raise+0x30, regsOf(map[int]uint64{7: sp}), Options{})
 	check(t, r,
 		want{raise + 0x30, MethodContext, TrustHigh},
 		want{caller + 0x25, MethodScan, TrustLow})
@@ -89,7 +91,7 @@ func TestScanRefusesStaleRestorer(t *testing.T) {
 func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
 	f := newFake(t, arch.ARM)
 	const handler, tramp, interrupted = 0x10400, 0x12000, 0x10124
-	f.code(tramp, 0x4f, 0xf0, 0xad, 0x07, 0x00, 0xdf)
+	f.code(tramp, restoreRtThumb...)
 	sp := uint64(stackBase + 0x1000)
 	slot := sp + 0xc
 	f.word(slot, tramp|1)
@@ -97,13 +99,9 @@ func TestScanTakesRestorerWithSignalFrame(t *testing.T) {
 	f.word(frame+160+13*4, frame+0x400)
 	f.word(frame+160+15*4, interrupted)
 	f.word(frame+160+16*4, arch.CPSRThumb)
-	var rs regs.Set
-	rs.Set(13, sp)
+	rs := regsOf(map[int]uint64{13: sp})
 	r := f.unwind(handler+0x10|1, rs, Options{Thumb: true})
-	if len(r.Frames) < 3 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:3]},
+	checkFirst(t, r,
 		want{handler + 0x10, MethodContext, TrustHigh},
 		want{tramp, MethodScan, TrustLow},
 		want{interrupted, MethodSignal, TrustLow})
@@ -167,13 +165,9 @@ func TestScanPrefersConfirmedOverStaleIndirect(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+8, h+0x12)  // stale
 	f.word(sp+24, g+0x14) // saved ra
-	var rs regs.Set
-	rs.Set(2, sp)
+	rs := regsOf(map[int]uint64{2: sp})
 	r := f.unwind(fn+0x20, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{fn + 0x20, MethodContext, TrustHigh},
 		want{g + 0x14, MethodPrologue, TrustMedium})
 }
@@ -190,10 +184,7 @@ func TestReturnAddressPastEndOfCode(t *testing.T) {
 	}
 	const callee, call = 0x10200, codeBase + 0xffc
 	f.insn32(call, blA64(call, callee))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, call+4)
-	r := f.unwind(callee+0x10, rs, Options{NoScan: true})
+	r := f.unwind(callee+0x10, regsOf(map[int]uint64{31: stackBase + 0x1000, 30: call + 4}), Options{NoScan: true})
 	check(t, r,
 		want{callee + 0x10, MethodContext, TrustHigh},
 		want{call + 4, MethodLR, TrustMedium})
@@ -209,9 +200,7 @@ func TestCallReachesThroughTailJump(t *testing.T) {
 	f.insn32(caller+0x10, blA64(caller+0x10, wrapper))
 	f.insn32(wrapper, 0xd2800002) // mov x2, #0
 	f.insn32(wrapper+4, bA64(wrapper+4, inner))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, caller+0x14)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
 	r := f.unwind(inner+0x10, rs, Options{NoScan: true})
 	check(t, r,
 		want{inner + 0x10, MethodContext, TrustHigh},
@@ -231,9 +220,7 @@ func TestCallTargetsAreFunctionStarts(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const caller, a, b, other = 0x10100, 0x10400, 0x10600, 0x10900
 	f.insn32(caller+0x10, blA64(caller+0x10, a))
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, caller+0x14)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
 	f.withFile()
 	r := f.unwind(b+0x10, rs, Options{NoScan: true})
 	check(t, r,
@@ -264,7 +251,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const handler, tramp = 0x10400, 0x12000
 	const libBase, interrupted = 0x40000, 0x40124
-	f.code(tramp, 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05)
+	f.code(tramp, restoreRtX86...)
 	lib := &module.Module{Path: "/lib/libc.so", Start: libBase, End: libBase + 0x1000,
 		Maps: []module.Mapping{{Start: libBase, End: libBase + 0x1000, Path: "/lib/libc.so"}}}
 	f.mods = append(f.mods, lib)
@@ -273,8 +260,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	f.word(slot, tramp)
 	f.word(slot+8+0x28+120, sp+0x800) // rsp
 	f.word(slot+8+0x28+128, interrupted)
-	var rs regs.Set
-	rs.Set(7, sp)
+	rs := regsOf(map[int]uint64{7: sp})
 	loaded := false
 	p := &Process{Arch: f.a, Modules: f.mods, Mem: f.mem, Load: func(m *module.Module) {
 		if m == lib {
@@ -284,9 +270,7 @@ func TestScannedSigframeLoadsTheModule(t *testing.T) {
 	}}
 	r := Unwind(p, handler+0x10, rs, Options{})
 	if len(r.Frames) < 3 || r.Frames[1].PC != tramp || r.Frames[2].PC != interrupted {
-		for i, fr := range r.Frames {
-			t.Logf("  #%d %#x %s", i, fr.PC, fr.Method)
-		}
+		logFrames(t, r)
 		t.Errorf("want the restorer then the interrupted pc %#x (stop %s: %s)", uint64(interrupted), r.Stop, r.Detail)
 	}
 	if !loaded {
@@ -305,15 +289,14 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 	const tramp, handler, fn, caller, decoy = 0x12000, 0x10400, 0x10600, 0x10800, 0x10a00
 	setup := func(agree bool) *fakeProc {
 		f := newFake(t, arch.AArch64)
-		f.code(tramp, 0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4)
+		f.code(tramp, restoreRtA64...)
 		f.insn32(caller+0x10, blA64(caller+0x10, fn))
 		f.insn32(decoy+0x10, blA64(decoy+0x10, handler))
 		sp := uint64(stackBase + 0x1000)
 		sigSP := sp + 0x20
 		rec := sigSP + 128 + 176 + 288 + 4096
 		regs := sigSP + 128 + 176 + 8
-		f.word(sp, rec)     // the handler's saved x29
-		f.word(sp+8, tramp) // and x30
+		f.record(sp, rec, tramp) // the handler's saved x29 and x30
 		f.word(sp+0x18, decoy+0x14)
 		f.word(regs+29*8, sp+0x3000)
 		f.word(regs+30*8, caller+0x14)
@@ -327,13 +310,9 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 		f.word(rec+8, lr)
 		return f
 	}
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000})
 	r := setup(true).unwind(handler+0x10, rs, Options{})
-	if len(r.Frames) < 3 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:3]},
+	checkFirst(t, r,
 		want{handler + 0x10, MethodContext, TrustHigh},
 		want{tramp, MethodScan, TrustLow},
 		want{fn + 0x8, MethodSignal, TrustLow})
@@ -360,13 +339,10 @@ func TestScanRefusesOwnIndirectCall(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, fn+0x24)     // stale: fn's own indirect call
 	f.word(sp+0x28, caller+0x14) // fn's return address
-	var rs regs.Set
-	rs.Set(31, sp)
+	rs := regsOf(map[int]uint64{31: sp})
 	r := f.unwind(fn+0x40, rs, Options{})
 	if len(r.Frames) < 2 || r.Frames[1].PC != caller+0x14 {
-		for i, fr := range r.Frames {
-			t.Logf("  #%d %#x %s %s", i, fr.PC, fr.Method, fr.Trust)
-		}
+		logFrames(t, r)
 		t.Errorf("frame 1 is not the caller %#x (stop %s: %s)", uint64(caller+0x14), r.Stop, r.Detail)
 	}
 }
@@ -395,13 +371,9 @@ func TestX86ScanPrefersFrameSizeOverStaleIndirect(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+8, initf+0x12)     // stale
 	f.word(sp+0x38, stage2+0x12) // main's return address
-	var rs regs.Set
-	rs.Set(arch.X86_64.SP, sp)
+	rs := regsOf(map[int]uint64{arch.X86_64.SP: sp})
 	r := f.unwind(main+0x10, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{main + 0x10, MethodContext, TrustHigh},
 		want{stage2 + 0x12, MethodScan, TrustLow})
 }
@@ -425,13 +397,9 @@ func TestX86ScanFrameSizeOverridesFalseTarget(t *testing.T) {
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x28, main+0x15)
 	f.word(sp+0x38, other+0x12)
-	var rs regs.Set
-	rs.Set(arch.X86_64.SP, sp)
+	rs := regsOf(map[int]uint64{arch.X86_64.SP: sp})
 	r := f.unwind(threads+0x40, rs, Options{})
-	if len(r.Frames) < 2 {
-		t.Fatalf("%d frames (stop %s: %s)", len(r.Frames), r.Stop, r.Detail)
-	}
-	check(t, Result{Frames: r.Frames[:2]},
+	checkFirst(t, r,
 		want{threads + 0x40, MethodContext, TrustHigh},
 		want{main + 0x15, MethodScan, TrustLow})
 }

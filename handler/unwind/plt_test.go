@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -49,16 +48,7 @@ func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Skipf("%s cannot link with %s here: %v\n%s", cc, ld, err, out)
 	}
-	fh, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fh.Close() })
-	f, err := module.Load(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return loadFile(t, exe)
 }
 
 // A thread stopped inside a PLT stub (a signal while it runs, frame 0) has
@@ -130,8 +120,7 @@ func TestPLTStubReturnsToLR(t *testing.T) {
 				RuntimeOffset: bias, File: f}
 			fp.mods = append(fp.mods, m)
 			sp := uint64(stackBase + 0x1000)
-			var rs regs.Set
-			rs.Set(c.a.SP, sp)
+			rs := regsOf(map[int]uint64{c.a.SP: sp})
 			if c.a.LR >= 0 {
 				rs.Set(c.a.LR, lr)
 			} else {
@@ -169,9 +158,7 @@ func TestPLTHeaderRefused(t *testing.T) {
 	fp.mods = append(fp.mods, &module.Module{Path: "/bin/p", Start: bias, End: bias + 1<<24,
 		Maps:          []module.Mapping{{Start: bias, End: bias + 1<<24, Path: "/bin/p", Perms: "r-xp"}},
 		RuntimeOffset: bias, File: f})
-	var rs regs.Set
-	rs.Set(31, stackBase+0x1000)
-	rs.Set(30, bias+f.Entry+8)
+	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: bias + f.Entry + 8})
 	r := fp.unwind(bias+st.Start+8, rs, Options{NoScan: true})
 	for _, fr := range r.Frames {
 		if fr.Method == MethodPLT {

@@ -4,13 +4,11 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/cfi"
-	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )
 
@@ -41,14 +39,9 @@ func TestAArch64PrologueAgreesWithCFI(t *testing.T) {
 			}
 			defer ef.Close()
 			syms, _ := ef.Symbols()
-			r, err := os.Open(exe)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			f, err := module.Load(r)
-			if err != nil || f.EHFrame == nil {
-				t.Fatalf("load: %v (eh_frame %v)", err, f.EHFrame != nil)
+			f := loadFile(t, exe)
+			if f.EHFrame == nil {
+				t.Fatal("load: no eh_frame")
 			}
 			var agree, disagree, declined int
 			for _, s := range syms {

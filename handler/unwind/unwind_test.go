@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/module"
-	"github.com/unwound-dev/unwound/handler/regs"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
 )
 
@@ -36,15 +35,9 @@ func TestAArch64LeafThenFrameRecords(t *testing.T) {
 	f.insn32(f1+0x40, blA64(f1+0x40, f2))
 	sp := uint64(stackBase + 0x1000)
 	fp1, fp2 := sp+0x20, sp+0x80
-	f.word(fp1, fp2)
-	f.word(fp1+8, mainFn+0x44)
-	f.word(fp2, 0)
-	f.word(fp2+8, start+0x44)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, fp1)
-	rs.Set(30, f1+0x44)
-	r := f.unwind(f2+0x10, rs, Options{})
+	f.record(fp1, fp2, mainFn+0x44)
+	f.record(fp2, 0, start+0x44)
+	r := f.unwind(f2+0x10, regsOf(map[int]uint64{31: sp, 29: fp1, 30: f1 + 0x44}), Options{})
 	check(t, r,
 		want{f2 + 0x10, MethodContext, TrustHigh},
 		want{f1 + 0x44, MethodLR, TrustMedium},
@@ -67,15 +60,10 @@ func TestAArch64StaleFramePointerNotFollowed(t *testing.T) {
 	f.insn32(f1+0x40, blA64(f1+0x40, f2))
 	sp := uint64(stackBase + 0x1000)
 	outer := sp + 0x100
-	f.word(sp, outer)           // f1's saved x29
-	f.word(sp+8, mainFn+0x44)   // f1's saved x30
-	f.word(outer, 0)            // the outer record
-	f.word(outer+8, start+0x44) // its return address
-	f.word(sp+0x40, f2+0x100)   // a code address after no call
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, outer)
-	rs.Set(30, f1+0x44)
+	f.record(sp, outer, mainFn+0x44) // f1's saved x29, x30
+	f.record(outer, 0, start+0x44)   // the outer record
+	f.word(sp+0x40, f2+0x100)        // a code address after no call
+	rs := regsOf(map[int]uint64{31: sp, 29: outer, 30: f1 + 0x44})
 	r := f.unwind(f2+0x10, rs, Options{})
 	check(t, r,
 		want{f2 + 0x10, MethodContext, TrustHigh},
@@ -107,9 +95,7 @@ func TestX86NullCallThenScan(t *testing.T) {
 	f.word(sp+0x10, callee+0x20)   // code, but not after a call
 	f.word(sp+0x18, stackBase+0x5) // a stack address
 	f.word(sp+0x28, caller+0x50)
-	var rs regs.Set
-	rs.Set(7, sp)
-	r := f.unwind(0, rs, Options{})
+	r := f.unwind(0, regsOf(map[int]uint64{7: sp}), Options{})
 	check(t, r,
 		want{0, MethodContext, TrustHigh},
 		want{callee + 0x5, MethodLR, TrustMedium},
@@ -127,14 +113,9 @@ func TestX86FramePointer(t *testing.T) {
 	f.code(b+0x10, callX86(b+0x10, c)...)
 	sp := uint64(stackBase + 0x1000)
 	rbp1, rbp2 := sp+0x10, sp+0x40
-	f.word(rbp1, rbp2)
-	f.word(rbp1+8, b+0x15)
-	f.word(rbp2, 0)
-	f.word(rbp2+8, a+0x15)
-	var rs regs.Set
-	rs.Set(7, sp)
-	rs.Set(6, rbp1)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	f.record(rbp1, rbp2, b+0x15)
+	f.record(rbp2, 0, a+0x15)
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{7: sp, 6: rbp1}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x15, MethodFP, TrustMedium},
@@ -155,10 +136,7 @@ func TestARMFrameRecords(t *testing.T) {
 	f.word(fp2-4, a+0x14) // apcs: lr at [fp-4], fp at [fp-12]
 	f.word(fp2-12, 0)
 	f.word(fp2, 0xdead) // the saved pc slot: not code
-	var rs regs.Set
-	rs.Set(13, sp)
-	rs.Set(11, fp1)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{13: sp, 11: fp1}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodFP, TrustMedium},
@@ -178,10 +156,7 @@ func TestThumbNoFramePointerScan(t *testing.T) {
 	f.word(sp+0xc, (b+0x14)|1)
 	f.word(sp+0x20, sp+0x40) // r7 would point here
 	f.word(sp+0x24, c+0x81)
-	var rs regs.Set
-	rs.Set(13, sp)
-	rs.Set(7, sp+0x20)
-	r := f.unwind((c+0x8)|1, rs, Options{Thumb: true})
+	r := f.unwind((c+0x8)|1, regsOf(map[int]uint64{13: sp, 7: sp + 0x20}), Options{Thumb: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodScan, TrustLow})
@@ -204,11 +179,7 @@ func TestRISCVFramePointer(t *testing.T) {
 	f.word(fp1-16, fp2)
 	f.word(fp2-8, 0)
 	f.word(fp2-16, 0)
-	var rs regs.Set
-	rs.Set(2, sp)
-	rs.Set(8, fp1)
-	rs.Set(1, b+0x14)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{2: sp, 8: fp1, 1: b + 0x14}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodLR, TrustMedium},
@@ -226,10 +197,7 @@ func TestLRReusedRefused(t *testing.T) {
 	const g, fn = 0x10100, 0x10200
 	f.insn32(fn+0x20, blA64(fn+0x20, g))
 	sp := uint64(stackBase + 0x1000)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(30, fn+0x24)
-	r := f.unwind(fn+0x40, rs, Options{NoScan: true})
+	r := f.unwind(fn+0x40, regsOf(map[int]uint64{31: sp, 30: fn + 0x24}), Options{NoScan: true})
 	check(t, r, want{fn + 0x40, MethodContext, TrustHigh})
 	if !strings.Contains(r.Detail, "lies between its target and the pc") {
 		t.Errorf("detail %q", r.Detail)
@@ -245,13 +213,8 @@ func TestIndirectCallIsLowTrust(t *testing.T) {
 	f.insn32(b+0x10, 0xD63F0100) // blr x8
 	sp := uint64(stackBase + 0x1000)
 	fp1 := sp + 0x20
-	f.word(fp1, 0)
-	f.word(fp1+8, a+0x14)
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(29, fp1)
-	rs.Set(30, b+0x14)
-	r := f.unwind(c+0x8, rs, Options{NoScan: true})
+	f.record(fp1, 0, a+0x14)
+	r := f.unwind(c+0x8, regsOf(map[int]uint64{31: sp, 29: fp1, 30: b + 0x14}), Options{NoScan: true})
 	check(t, r,
 		want{c + 0x8, MethodContext, TrustHigh},
 		want{b + 0x14, MethodLR, TrustLow},
@@ -272,9 +235,7 @@ func TestSignalFrameToNullPC(t *testing.T) {
 	f.word(base+30*8, caller+0x14) // x30
 	f.word(base+31*8, sp+0x800)    // sp
 	f.word(base+32*8, 0)           // pc
-	var rs regs.Set
-	rs.Set(31, sp)
-	r := f.unwind(tramp, rs, Options{NoScan: true})
+	r := f.unwind(tramp, regsOf(map[int]uint64{31: sp}), Options{NoScan: true})
 	check(t, r,
 		want{tramp, MethodContext, TrustHigh},
 		want{0, MethodSignal, TrustHigh},
@@ -294,10 +255,9 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		f.insn32(tramp, 0xd2801168) // mov x8, #139
 		f.insn32(tramp+4, 0xd4000001)
 		sp := uint64(stackBase + 0x1000)
-		next := sp + 0x2000 // the kernel's frame record
-		b := next - 4688    // struct rt_sigframe, no extra context
-		f.word(sp, next)    // the handler's record: {x29, x30}
-		f.word(sp+8, tramp)
+		next := sp + 0x2000                 // the kernel's frame record
+		b := next - 4688                    // struct rt_sigframe, no extra context
+		f.record(sp, next, tramp)           // the handler's record: {x29, x30}
 		f.word(b+592, 0x46508001|0x210<<32) // FPSIMD_MAGIC, 528 bytes
 		f.word(b+592+0x210, 0)              // terminator
 		regs0 := b + 128 + 176 + 8
@@ -305,16 +265,12 @@ func TestAArch64SignalFrameBelowKernelRecord(t *testing.T) {
 		f.word(regs0+30*8, 0x1234)
 		f.word(regs0+31*8, next+0x100)
 		f.word(regs0+32*8, victim+0x8)
-		f.word(next, 0)
+		ra := uint64(0x4321)
 		if match {
-			f.word(next+8, 0x1234)
-		} else {
-			f.word(next+8, 0x4321)
+			ra = 0x1234 // the interrupted x30, as the kernel repeats it
 		}
-		var rs regs.Set
-		rs.Set(31, sp)
-		rs.Set(29, sp)
-		r := f.unwind(handler+0x10, rs, Options{NoScan: true})
+		f.record(next, 0, ra)
+		r := f.unwind(handler+0x10, regsOf(map[int]uint64{31: sp, 29: sp}), Options{NoScan: true})
 		ws := []want{{handler + 0x10, MethodContext, TrustHigh}, {tramp, MethodFP, TrustMedium}}
 		if match {
 			ws = append(ws, want{victim + 0x8, MethodSignal, TrustLow})
@@ -340,8 +296,7 @@ func TestScanStopsAtUnloadedModule(t *testing.T) {
 		sp := uint64(stackBase + 0x1000)
 		f.word(sp+8, 0x400123)
 		f.word(sp+0x10, a+0x14)
-		var rs regs.Set
-		rs.Set(31, sp)
+		rs := regsOf(map[int]uint64{31: sp})
 		r := f.unwind(c+0x8, rs, Options{})
 		if loaded {
 			check(t, r, want{c + 0x8, MethodContext, TrustHigh}, want{a + 0x14, MethodScan, TrustLow})
@@ -369,10 +324,7 @@ func TestAArch64LostReturnAddressStops(t *testing.T) {
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x18, outer+0x14) // what a scan would take
-	var rs regs.Set
-	rs.Set(31, sp)
-	rs.Set(30, ab2+8)
-	r := f.unwind(abort+4, rs, Options{})
+	r := f.unwind(abort+4, regsOf(map[int]uint64{31: sp, 30: ab2 + 8}), Options{})
 	check(t, r,
 		want{abort + 4, MethodContext, TrustHigh},
 		want{ab2 + 8, MethodLR, TrustMedium})

@@ -80,27 +80,16 @@ func (c *Client) get(method, path string, v any) error {
 
 // Groups asks GET /api/groups.
 func (c *Client) Groups(f Filter) ([]Group, error) {
-	q := url.Values{}
-	if !f.Since.IsZero() {
-		q.Set("since", f.Since.UTC().Format(time.RFC3339))
-	}
-	set := func(k, v string) {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	set("release", f.Release)
-	set("program", f.Program)
-	set("device", f.Device)
-	set("order", f.Order)
-	if f.Signal != 0 {
-		q.Set("signal", strconv.Itoa(f.Signal))
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
+	q := query{}
+	q.since(f.Since)
+	q.str("release", f.Release)
+	q.str("program", f.Program)
+	q.str("device", f.Device)
+	q.str("order", f.Order)
+	q.num("signal", f.Signal)
+	q.num("limit", f.Limit)
 	var out []Group
-	return out, c.get("GET", "/api/groups?"+q.Encode(), &out)
+	return out, c.get("GET", "/api/groups?"+url.Values(q).Encode(), &out)
 }
 
 // Group asks GET /api/groups/{id}.
@@ -114,18 +103,35 @@ func (c *Client) Group(id string) (*GroupDetail, error) {
 
 // Reports asks GET /api/reports.
 func (c *Client) Reports(rq ReportQuery) ([]ReportInfo, error) {
-	q := url.Values{}
-	if rq.Group != "" {
-		q.Set("group", rq.Group)
-	}
-	if !rq.Since.IsZero() {
-		q.Set("since", rq.Since.UTC().Format(time.RFC3339))
-	}
-	if rq.Limit > 0 {
-		q.Set("limit", strconv.Itoa(rq.Limit))
-	}
+	q := query{}
+	q.str("group", rq.Group)
+	q.since(rq.Since)
+	q.num("limit", rq.Limit)
 	var out []ReportInfo
-	return out, c.get("GET", "/api/reports?"+q.Encode(), &out)
+	return out, c.get("GET", "/api/reports?"+url.Values(q).Encode(), &out)
+}
+
+// query is an API query string holding only what a filter sets: a zero
+// value is left out, so the collector's default applies.
+type query url.Values
+
+func (q query) str(k, v string) {
+	if v != "" {
+		url.Values(q).Set(k, v)
+	}
+}
+
+// num sets a count or a signal number: both are positive when set.
+func (q query) num(k string, n int) {
+	if n > 0 {
+		url.Values(q).Set(k, strconv.Itoa(n))
+	}
+}
+
+func (q query) since(t time.Time) {
+	if !t.IsZero() {
+		url.Values(q).Set("since", t.UTC().Format(time.RFC3339))
+	}
 }
 
 // Report asks GET /api/reports/{id}.

@@ -24,7 +24,7 @@ type fake struct {
 	exe     string
 	signal  int
 	offset  uint64 // frame 0's file offset in exe: the crash site
-	release map[string]string
+	release *report.Release
 	attrs   map[string]string
 	time    int64
 }
@@ -45,19 +45,14 @@ func (f fake) encode(t testing.TB) []byte {
 			{PC: 0x400100, Method: "cfi", Trust: "high"},
 		}}},
 	}
+	r.Release = f.release
+	if f.attrs != nil {
+		r.Device = &report.Device{Attributes: f.attrs}
+	}
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]any
-	json.Unmarshal(js, &m)
-	if f.release != nil {
-		m["release"] = f.release
-	}
-	if f.attrs != nil {
-		m["device"] = map[string]any{"attributes": f.attrs}
-	}
-	js, _ = json.Marshal(m)
 	return report.Compress(js)
 }
 
@@ -81,8 +76,8 @@ func put(t testing.TB, c *Collector, f fake) bool {
 }
 
 var (
-	rel1 = map[string]string{"id": "poky", "version_id": "5.0", "image_id": "gateway", "image_version": "2.4.0"}
-	rel2 = map[string]string{"id": "poky", "version_id": "5.0", "image_id": "gateway", "image_version": "2.4.1"}
+	rel1 = &report.Release{ID: "poky", VersionID: "5.0", ImageID: "gateway", ImageVersion: "2.4.0"}
+	rel2 = &report.Release{ID: "poky", VersionID: "5.0", ImageID: "gateway", ImageVersion: "2.4.1"}
 )
 
 // A report is kept once, by id, and listed; its announced id must match.
@@ -122,7 +117,7 @@ func TestGroupsAndFilters(t *testing.T) {
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	c := open(t, t.TempDir(), Options{Now: func() time.Time { return now }})
 	id := 0
-	add := func(device, exe string, sig int, off uint64, rel map[string]string, when time.Time) {
+	add := func(device, exe string, sig int, off uint64, rel *report.Release, when time.Time) {
 		id++
 		put(t, c, fake{id: id, device: device, exe: exe, signal: sig, offset: off, release: rel,
 			attrs: map[string]string{"hw_rev": "b" + device[len(device)-1:]}, time: when.Unix()})

@@ -281,19 +281,31 @@ func (c *Collector) facets(group, facet, order string) ([]Facet, error) {
 
 // scanFacets reads rows of (value, count, first_seen, last_seen).
 func scanFacets(rows *sql.Rows, err error) ([]Facet, error) {
+	return scanAll(rows, err, func(sc scanner) (f Facet, err error) {
+		var first, last int64
+		err = sc.Scan(&f.Value, &f.Count, &first, &last)
+		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
+		return f, err
+	})
+}
+
+// scanner is a row: *sql.Rows or *sql.Row.
+type scanner interface{ Scan(...any) error }
+
+// scanAll reads every row of a query with one, closing the rows: a list
+// is empty, never nil (JSON [], not null).
+func scanAll[T any](rows *sql.Rows, err error, one func(scanner) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []Facet{}
+	out := []T{}
 	for rows.Next() {
-		var f Facet
-		var first, last int64
-		if err := rows.Scan(&f.Value, &f.Count, &first, &last); err != nil {
+		v, err := one(rows)
+		if err != nil {
 			return nil, err
 		}
-		f.FirstSeen, f.LastSeen = fromUnix(first), fromUnix(last)
-		out = append(out, f)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
@@ -391,10 +403,12 @@ func (c *Collector) Group(id string) (*GroupDetail, error) {
 
 const reportCols = `id, received, seen, device, program, arch, kernel, signal, release, group_id, signature, missing, size`
 
-func scanInfo(sc interface{ Scan(...any) error }) (ReportInfo, error) {
+// scanInfo reads the reportCols of a row, then into more the columns
+// selected after them.
+func scanInfo(sc scanner, more ...any) (ReportInfo, error) {
 	var ri ReportInfo
 	var rec, seen int64
-	err := sc.Scan(&ri.ID, &rec, &seen, &ri.Device, &ri.Program, &ri.Arch, &ri.Kernel, &ri.Signal, &ri.Release, &ri.Group, &ri.Signature, &ri.Missing, &ri.Size)
+	err := sc.Scan(append([]any{&ri.ID, &rec, &seen, &ri.Device, &ri.Program, &ri.Arch, &ri.Kernel, &ri.Signal, &ri.Release, &ri.Group, &ri.Signature, &ri.Missing, &ri.Size}, more...)...)
 	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
 	ri.SignalName = report.SignalName(ri.Signal)
 	return ri, err
@@ -425,19 +439,7 @@ func (c *Collector) Reports(q ReportQuery) ([]ReportInfo, error) {
 		sqlq += fmt.Sprintf(" LIMIT %d", q.Limit)
 	}
 	rows, err := c.db.Query(sqlq, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []ReportInfo{}
-	for rows.Next() {
-		ri, err := scanInfo(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ri)
-	}
-	return out, rows.Err()
+	return scanAll(rows, err, func(sc scanner) (ReportInfo, error) { return scanInfo(sc) })
 }
 
 // Report is one kept report, decoded and symbolized. A report id prefix
@@ -450,17 +452,13 @@ func (c *Collector) Report(id string) (*ReportDetail, error) {
 	var symb []byte
 	var relJSON, attrJSON string
 	row := c.db.QueryRow(`SELECT `+reportCols+`, symbolized, release_json, attributes FROM reports WHERE id = ?`, id)
-	var ri ReportInfo
-	var rec, seen int64
-	err = row.Scan(&ri.ID, &rec, &seen, &ri.Device, &ri.Program, &ri.Arch, &ri.Kernel, &ri.Signal, &ri.Release, &ri.Group, &ri.Signature, &ri.Missing, &ri.Size, &symb, &relJSON, &attrJSON)
+	ri, err := scanInfo(row, &symb, &relJSON, &attrJSON)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("report %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	ri.Received, ri.Seen = fromUnix(rec), fromUnix(seen)
-	ri.SignalName = report.SignalName(ri.Signal)
 	d := &ReportDetail{ReportInfo: ri}
 	json.Unmarshal([]byte(relJSON), &d.ReleaseInfo)
 	json.Unmarshal([]byte(attrJSON), &d.Attributes)
@@ -558,21 +556,12 @@ func fixResult(res *symbolize.Result) {
 func (c *Collector) Releases() ([]ReleaseInfo, error) {
 	rows, err := c.db.Query(`SELECT value, sum(count), count(DISTINCT group_id), min(first_seen), max(last_seen)
 		FROM facets WHERE facet = 'release' GROUP BY value ORDER BY min(first_seen), value`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []ReleaseInfo{}
-	for rows.Next() {
-		var r ReleaseInfo
+	return scanAll(rows, err, func(sc scanner) (r ReleaseInfo, err error) {
 		var first, last int64
-		if err := rows.Scan(&r.Label, &r.Reports, &r.Groups, &first, &last); err != nil {
-			return nil, err
-		}
+		err = sc.Scan(&r.Label, &r.Reports, &r.Groups, &first, &last)
 		r.FirstSeen, r.LastSeen = fromUnix(first), fromUnix(last)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	})
 }
 
 // Values lists every value of a facet across the groups.
@@ -585,19 +574,10 @@ func (c *Collector) Values(facet string) ([]Facet, error) {
 // List returns the kept reports, oldest first: GET /reports.
 func (c *Collector) List() ([]receive.Stored, error) {
 	rows, err := c.db.Query(`SELECT id, size, received FROM reports ORDER BY received, id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []receive.Stored{}
-	for rows.Next() {
-		var s receive.Stored
+	return scanAll(rows, err, func(sc scanner) (s receive.Stored, err error) {
 		var rec int64
-		if err := rows.Scan(&s.ID, &s.Size, &rec); err != nil {
-			return nil, err
-		}
+		err = sc.Scan(&s.ID, &s.Size, &rec)
 		s.Received = fromUnix(rec)
-		out = append(out, s)
-	}
-	return out, rows.Err()
+		return s, err
+	})
 }

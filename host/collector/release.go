@@ -4,19 +4,14 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // Release is the report's release object: the board's /etc/os-release
-// fields (docs/report-format.md). Every field may be empty; a report
-// without one is from release "unknown".
-type Release struct {
-	ID           string `json:"id,omitempty"`
-	VersionID    string `json:"version_id,omitempty"`
-	ImageID      string `json:"image_id,omitempty"`
-	ImageVersion string `json:"image_version,omitempty"`
-	BuildID      string `json:"build_id,omitempty"`
-}
+// fields (docs/report-format.md), with the collector's label. Every field
+// may be empty; a report without one is from release "unknown".
+type Release report.Release
 
 // Unknown is the release label of reports without a release.
 const Unknown = "unknown"

@@ -12,10 +12,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
@@ -28,25 +28,7 @@ type server struct {
 	cmd *exec.Cmd
 	url string
 	dir string
-	log *logBuf
-}
-
-// logBuf collects the server's stderr.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log *syncbuf.Buffer // its stderr
 }
 
 var listening = regexp.MustCompile(`listening on (https?://[0-9.:]+)`)
@@ -71,7 +53,7 @@ func startWith(t testing.TB, bin, dir string, wrap []string, extra ...string) *s
 	if wrap != nil {
 		args = append(append([]string{}, wrap...), args...)
 	}
-	s := &server{dir: dir, log: &logBuf{}}
+	s := &server{dir: dir, log: &syncbuf.Buffer{}}
 	s.cmd = exec.Command(args[0], args[1:]...)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw

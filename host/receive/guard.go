@@ -103,28 +103,27 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	timer := time.NewTimer(g.l.Wait)
 	defer timer.Stop()
-	busy := func() {
-		g.logf("busy: %d uploads in flight, told %s to retry in %v", g.l.MaxInFlight, r.RemoteAddr, g.l.RetryAfter)
-		w.Header().Set("Retry-After", strconv.Itoa(int(g.l.RetryAfter/time.Second)))
-		http.Error(w, "busy, retry later", http.StatusServiceUnavailable)
+	// acquire takes a place in sem, waiting at most until the timer
+	// fires (the client is told to retry) or the client goes away.
+	acquire := func(sem chan struct{}) bool {
+		select {
+		case sem <- struct{}{}:
+			return true
+		case <-timer.C:
+			g.logf("busy: %d uploads in flight, told %s to retry in %v", g.l.MaxInFlight, r.RemoteAddr, g.l.RetryAfter)
+			w.Header().Set("Retry-After", strconv.Itoa(int(g.l.RetryAfter/time.Second)))
+			http.Error(w, "busy, retry later", http.StatusServiceUnavailable)
+		case <-r.Context().Done():
+		}
+		return false
 	}
-	select {
-	case g.slots <- struct{}{}:
-	case <-timer.C:
-		busy()
-		return
-	case <-r.Context().Done():
+	if !acquire(g.slots) {
 		return
 	}
 	g.enter()
 	defer g.leave()
 	if r.ContentLength < 0 || r.ContentLength > bigBody {
-		select {
-		case g.big <- struct{}{}:
-		case <-timer.C:
-			busy()
-			return
-		case <-r.Context().Done():
+		if !acquire(g.big) {
 			return
 		}
 		defer func() { <-g.big }()

@@ -38,6 +38,32 @@ func ptyMaster(t testing.TB) (*os.File, string) {
 	return os.NewFile(uintptr(fd), "ptmx"), fmt.Sprintf("/dev/pts/%d", n)
 }
 
+// serialResult is what Serial returned.
+type serialResult struct {
+	res SerialResult
+	err error
+}
+
+// receiveOne runs Serial on the pty slave at path as `unwound receive
+// --count 1` does (an idle timeout of a minute, no log), in the
+// background; what it returns comes on the channel.
+func receiveOne(ctx context.Context, st Sink, path string) <-chan serialResult {
+	done := make(chan serialResult, 1)
+	go func() {
+		res, err := Serial(ctx, st, SerialOptions{Port: path, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
+		done <- serialResult{res, err}
+	}()
+	return done
+}
+
+// boardReport is a random report, and its id as the serial link says it.
+func boardReport(rng *rand.Rand) (serialproto.ID, []byte) {
+	id, data := testutil.Report(rng, "crash", 40)
+	var rid serialproto.ID
+	hex.Decode(rid[:], []byte(id))
+	return rid, data
+}
+
 // TestSerialCountExits is the demo's drain, many times over: the board's
 // uploader (on a pty master, where QEMU sits) delivers one report, says
 // its queue is empty, and the board powers off (the master closes);
@@ -50,25 +76,15 @@ func TestSerialCountExits(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(1))
 	for i := 0; i < runs; i++ {
-		id, data := testutil.Report(rng, "crash", 40)
-		var rid serialproto.ID
-		hex.Decode(rid[:], []byte(id))
+		rid, data := boardReport(rng)
 		m, path := ptyMaster(t)
 		dir := t.TempDir()
 		st, err := NewStore(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		type result struct {
-			res SerialResult
-			err error
-		}
-		done := make(chan result, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			res, err := Serial(ctx, st, SerialOptions{Port: path, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
-			done <- result{res, err}
-		}()
+		done := receiveOne(ctx, st, path)
 		// The board: hello, the report, the queue is empty, power off.
 		c := serialproto.NewConn(m)
 		snd := serialproto.NewSender(c, serialproto.Options{Name: "board"})
@@ -113,27 +129,17 @@ func TestSerialStalePty(t *testing.T) {
 		// The stale receiver: its board powers off before sending.
 		m1, path := ptyMaster(t)
 		st1, _ := NewStore(t.TempDir())
-		stale := make(chan error, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			_, err := Serial(ctx, st1, SerialOptions{Port: path, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
-			stale <- err
-		}()
+		stale := receiveOne(ctx, st1, path)
 		time.Sleep(50 * time.Millisecond) // it has the port open
 		m1.Close()
 		time.Sleep(50 * time.Millisecond) // it has seen the port fail
 
 		// The next board, on the next pty (very likely the same number).
 		m2, path2 := ptyMaster(t)
-		id, data := testutil.Report(rng, "crash", 40)
-		var rid serialproto.ID
-		hex.Decode(rid[:], []byte(id))
+		rid, data := boardReport(rng)
 		st2, _ := NewStore(t.TempDir())
-		done := make(chan SerialResult, 1)
-		go func() {
-			res, _ := Serial(ctx, st2, SerialOptions{Port: path2, Baud: 115200, Count: 1, Idle: time.Minute, Log: func(string, ...any) {}})
-			done <- res
-		}()
+		done := receiveOne(ctx, st2, path2)
 		time.Sleep(time.Second) // the stale receiver would have reopened it
 		c := serialproto.NewConn(m2)
 		snd := serialproto.NewSender(c, serialproto.Options{Name: "board"})
@@ -145,18 +151,18 @@ func TestSerialStalePty(t *testing.T) {
 		m2.Close()
 		staleDone := false
 		select {
-		case err := <-stale:
+		case r := <-stale:
 			staleDone = true
-			if err == nil {
+			if r.err == nil {
 				t.Errorf("run %d: the stale receiver on %s returned no error", i, path)
 			}
 		default:
 			t.Errorf("run %d: the receiver on %s still runs after its pty went away", i, path)
 		}
 		select {
-		case res := <-done:
-			if !sent || res.Stored != 1 {
-				t.Errorf("run %d: the board's receiver on %s stored %d reports (sent: %v); the stale one on %s took the rest", i, path2, res.Stored, sent, path)
+		case r := <-done:
+			if !sent || r.res.Stored != 1 {
+				t.Errorf("run %d: the board's receiver on %s stored %d reports (sent: %v); the stale one on %s took the rest", i, path2, r.res.Stored, sent, path)
 			}
 		case <-time.After(10 * time.Second):
 			t.Errorf("run %d: receive --count 1 on %s did not return after the drain (sent: %v)", i, path2, sent)

@@ -89,26 +89,18 @@ func Parse(b []byte) (*Rules, error) {
 		}
 		return re, nil
 	}
-	for i, s := range f.Skip {
-		re, err := compile("skip", i, s)
-		if err != nil {
-			return nil, err
+	for _, l := range []struct {
+		name string
+		src  []string
+		dst  *[]*regexp.Regexp
+	}{{"skip", f.Skip, &r.Skip}, {"prefix", f.Prefix, &r.Prefix}, {"system", f.System, &r.System}} {
+		for i, s := range l.src {
+			re, err := compile(l.name, i, s)
+			if err != nil {
+				return nil, err
+			}
+			*l.dst = append(*l.dst, re)
 		}
-		r.Skip = append(r.Skip, re)
-	}
-	for i, s := range f.Prefix {
-		re, err := compile("prefix", i, s)
-		if err != nil {
-			return nil, err
-		}
-		r.Prefix = append(r.Prefix, re)
-	}
-	for i, s := range f.System {
-		re, err := compile("system", i, s)
-		if err != nil {
-			return nil, err
-		}
-		r.System = append(r.System, re)
 	}
 	for i, n := range f.Normalize {
 		re, err := compile("normalize", i, n.Pattern)

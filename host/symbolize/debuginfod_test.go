@@ -18,18 +18,13 @@ import (
 // without a request; a server that sends another build's file is refused
 // on every frame and its file leaves the cache.
 func TestDebuginfod(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	need(t, "objcopy")
-	arch := hostArch()
-	r, b, pm := layoutReport(t, arch, "O2-dynamic", "nullwrite")
+	r, b, pm := layoutReport(t, "O2-dynamic")
 	id := strings.ToLower(r.Modules[pm].BuildID)
 	files := t.TempDir()
 	good := filepath.Join(files, "good.debug")
 	onlyKeepDebug(t, b.Unstripped(), good)
 	other := filepath.Join(files, "other.debug")
-	onlyKeepDebug(t, fixture.Binary{Arch: arch, Variant: "O0-dynamic", Prog: "crash", Dir: b.Dir}.Unstripped(), other)
+	onlyKeepDebug(t, fixture.Binary{Arch: b.Arch, Variant: "O0-dynamic", Prog: "crash", Dir: b.Dir}.Unstripped(), other)
 
 	var served atomic.Value
 	served.Store(good)

@@ -412,12 +412,19 @@ func compareTextWith(t *testing.T, exe string, opts Options) int {
 	return len(addrs) - bad
 }
 
-// layoutReport returns the fixture report with the program renamed to
-// /usr/bin/NAME, as on a board, and the index of its module.
-func layoutReport(t *testing.T, arch, variant, scenario string) (*report.Report, fixture.Binary, int) {
+// layoutReport returns the host architecture's fixture report of a null
+// write, the program built as variant and renamed to /usr/bin/crash as on
+// a board, and the index of its module. Its tests rearrange debug files:
+// they need the fixtures (not in -short), objcopy and the tools named.
+func layoutReport(t *testing.T, variant string, tools ...string) (*report.Report, fixture.Binary, int) {
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	need(t, append([]string{"objcopy"}, tools...)...)
+	arch := hostArch()
 	dir := fixture.Build(t, arch)
 	b := fixture.Binary{Arch: arch, Variant: variant, Prog: "crash", Dir: dir}
-	r := crashReport(t, b, scenario)
+	r := crashReport(t, b, "nullwrite")
 	for i := range r.Modules {
 		if r.Modules[i].Path == b.Stripped() {
 			r.Modules[i].Path = "/usr/bin/crash"
@@ -465,12 +472,7 @@ func locsString(f Frame) string {
 // style), <dir>/.debug/<base> in the sysroot (Yocto's "." style), and
 // .gnu_debuglink next to the binary; all give the same symbols.
 func TestLayouts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	need(t, "objcopy")
-	arch := hostArch()
-	r, b, pm := layoutReport(t, arch, "O2-dynamic", "nullwrite")
+	r, b, pm := layoutReport(t, "O2-dynamic")
 	var ref string
 	for _, layout := range []string{"build-id", "debug-dir", ".debug", ".debug-suffixed", "debuglink"} {
 		layout := layout
@@ -550,12 +552,7 @@ func TestLayouts(t *testing.T) {
 // TestMismatchAndMissing: a debug file of another build is refused and
 // said so; a missing one is said so; other modules are still symbolized.
 func TestMismatchAndMissing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	need(t, "objcopy")
-	arch := hostArch()
-	r, b, pm := layoutReport(t, arch, "O0-dynamic", "nullwrite")
+	r, b, pm := layoutReport(t, "O0-dynamic")
 	id := strings.ToLower(r.Modules[pm].BuildID)
 	other := fixture.Binary{Arch: b.Arch, Variant: "O2-dynamic", Prog: "crash", Dir: b.Dir}
 
@@ -571,7 +568,7 @@ func TestMismatchAndMissing(t *testing.T) {
 				onlyKeepDebug(t, other.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug"))
 				onlyKeepDebug(t, other.Unstripped(), filepath.Join(dbg, "usr/bin/crash.debug"))
 			}
-			s := New(Options{Sysroot: fixture.Sysroot(arch), DebugDirs: []string{dbg}})
+			s := New(Options{Sysroot: fixture.Sysroot(b.Arch), DebugDirs: []string{dbg}})
 			defer s.Close()
 			res := s.Symbolize(r)
 			if st := res.Modules[pm].Status; !strings.Contains(st, tc.want) {
@@ -611,12 +608,7 @@ func TestMismatchAndMissing(t *testing.T) {
 // TestMiniDebugInfo: a stripped program with .gnu_debugdata (an xz ELF
 // with the .symtab) gets function names without any debug file.
 func TestMiniDebugInfo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fixtures: not in -short")
-	}
-	need(t, "objcopy", "xz")
-	arch := hostArch()
-	r, b, pm := layoutReport(t, arch, "O0-dynamic", "nullwrite")
+	r, b, pm := layoutReport(t, "O0-dynamic", "xz")
 	root, work := t.TempDir(), t.TempDir()
 	mini := filepath.Join(work, "mini")
 	objcopy(t, "--only-keep-debug", b.Unstripped(), mini)

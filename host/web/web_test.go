@@ -51,15 +51,12 @@ func (c crash) encode(t testing.TB) []byte {
 			{PC: 0x400100, Method: "scan", Trust: "low"},
 		}}},
 	}
+	r.Release = &report.Release{ImageID: "gw", ImageVersion: c.version}
+	r.Device = &report.Device{Attributes: map[string]string{"hw_rev": c.hwRev}}
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]any
-	json.Unmarshal(js, &m)
-	m["release"] = map[string]string{"image_id": "gw", "image_version": c.version}
-	m["device"] = map[string]any{"attributes": map[string]string{"hw_rev": c.hwRev}}
-	js, _ = json.Marshal(m)
 	return report.Compress(js)
 }
 

@@ -21,7 +21,7 @@ import (
 // linker, build ids and addresses) and the crashes boards running it had.
 type labRelease struct {
 	variant   string
-	release   map[string]string
+	release   *report.Release
 	scenarios []string
 	days      int // its reports are from this many days before now...
 	span      int // ...over this many days
@@ -30,9 +30,9 @@ type labRelease struct {
 // The second release keeps every bug of the first and adds two: raise
 // (SIGBUS in rs2) and throw (an uncaught C++ exception), new in 2.4.1.
 var labReleases = []labRelease{
-	{"O2-dynamic", map[string]string{"ID": "debian", "VERSION_ID": "12", "IMAGE_ID": "gateway", "IMAGE_VERSION": "2.4.0"},
+	{"O2-dynamic", &report.Release{ID: "debian", VersionID: "12", ImageID: "gateway", ImageVersion: "2.4.0"},
 		[]string{"nullwrite", "abort", "nullfn", "memcpy", "recursion"}, 13, 8},
-	{"clang-lld-default-dynamic", map[string]string{"ID": "debian", "VERSION_ID": "12", "IMAGE_ID": "gateway", "IMAGE_VERSION": "2.4.1"},
+	{"clang-lld-default-dynamic", &report.Release{ID: "debian", VersionID: "12", ImageID: "gateway", ImageVersion: "2.4.1"},
 		[]string{"nullwrite", "abort", "nullfn", "memcpy", "recursion", "raise", "throw"}, 5, 5},
 }
 
@@ -92,15 +92,12 @@ func labFleet(t *testing.T, now time.Time) (reports [][]byte, symbols map[string
 						cp.DeviceID = fmt.Sprintf("%s-gw-%02d", arch, d)
 						day := rel.days - (n*7)%rel.span
 						cp.Time, cp.TimeTrusted = now.Add(-time.Duration(day)*24*time.Hour-time.Duration(n%600)*time.Minute).Unix(), true
+						cp.Release = rel.release
+						cp.Device = &report.Device{Attributes: map[string]string{"hw_rev": fmt.Sprintf("rev%c", 'A'+d%3)}}
 						js, err := json.Marshal(&cp)
 						if err != nil {
 							t.Fatal(err)
 						}
-						var m map[string]any
-						json.Unmarshal(js, &m)
-						m["release"] = rel.release
-						m["device"] = map[string]any{"attributes": map[string]string{"hw_rev": fmt.Sprintf("rev%c", 'A'+d%3)}}
-						js, _ = json.Marshal(m)
 						reports = append(reports, report.Compress(js))
 					}
 				}

@@ -26,29 +26,26 @@ func main() {
 	socket := flag.String("socket", "off", "point core_pattern at the coredump socket server instead: `@@` (Linux 6.17+), @ (6.16) or off")
 	socketPath := flag.String("socket-path", sysctl.DefaultSocket, "the coredump socket server's `path` on the board")
 	flag.Parse()
-	if *socket != "off" {
-		if *socket != "@@" && *socket != "@" {
-			// auto and on would ask the build host's kernel.
-			fmt.Fprintf(os.Stderr, "corepattern: -socket %q: want @@, @ or off\n", *socket)
-			os.Exit(3)
-		}
-		line, err := sysctl.ChooseSocket(*socket, "", *socketPath)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "corepattern:", err)
-			os.Exit(3)
-		}
-		fmt.Println(line)
-		return
-	}
-	if *pidfd != "on" && *pidfd != "off" {
-		// auto would ask the build host's kernel, not the board's.
-		fmt.Fprintf(os.Stderr, "corepattern: -pidfd %q: want on or off\n", *pidfd)
-		os.Exit(3)
-	}
-	line, err := sysctl.PatternFor(*exe, *cfg, *pidfd == "on")
+	line, err := pattern(*exe, *cfg, *pidfd, *socket, *socketPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corepattern:", err)
 		os.Exit(3)
 	}
 	fmt.Println(line)
+}
+
+// pattern is the line for these flags, or why there is none.
+func pattern(exe, cfg, pidfd, socket, socketPath string) (string, error) {
+	if socket != "off" {
+		if socket != "@@" && socket != "@" {
+			// auto and on would ask the build host's kernel.
+			return "", fmt.Errorf("-socket %q: want @@, @ or off", socket)
+		}
+		return sysctl.ChooseSocket(socket, "", socketPath)
+	}
+	if pidfd != "on" && pidfd != "off" {
+		// auto would ask the build host's kernel, not the board's.
+		return "", fmt.Errorf("-pidfd %q: want on or off", pidfd)
+	}
+	return sysctl.PatternFor(exe, cfg, pidfd == "on")
 }

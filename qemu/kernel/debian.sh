@@ -26,24 +26,13 @@ x86_64) darch=amd64 flavour=amd64 ;;
 *) echo "debian.sh: no Debian kernel flavour for $arch (aarch64 arm x86_64)" >&2; exit 2 ;;
 esac
 log() { echo "debian-kernel/$flavour: $*" >&2; }
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 
 top=$cache/debian-kernels
 cur=$top/$flavour
-if [ -s "$cur/vmlinuz" ] && [ -z "${UNWOUND_DEBIAN_REFRESH:-}" ]; then
-	echo "$cur"
-	exit 0
-fi
+dapt_cached "$top" "$cur" vmlinuz "${UNWOUND_DEBIAN_REFRESH:-}"
 
-mkdir -p "$top"
-exec 9>"$top/.lock"
-flock 9
-if [ -s "$cur/vmlinuz" ] && [ -z "${UNWOUND_DEBIAN_REFRESH:-}" ]; then
-	echo "$cur"
-	exit 0
-fi
-
-# shellcheck source=scripts/debian-apt.sh
-. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 apt=$top/apt-$darch
 debian_apt "$apt" "$darch" <<EOF
 deb [arch=$darch signed-by=$debian_keyring] $debian_mirror bookworm main

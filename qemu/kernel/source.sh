@@ -35,18 +35,9 @@ current() {
 	dirname "$1"
 }
 
-if [ -z "${UNWOUND_KERNEL_REFRESH:-}" ] && current; then
-	exit 0
-fi
-mkdir -p "$top"
-exec 9>"$top/.lock-$series"
-flock 9
-if [ -z "${UNWOUND_KERNEL_REFRESH:-}" ] && current; then
-	exit 0
-fi
-
 # shellcheck source=scripts/debian-apt.sh
 . "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
+dapt_once "$top/.lock-$series" "${UNWOUND_KERNEL_REFRESH:-}" current
 # linux-source-* is Architecture: all; any architecture's index lists it.
 apt=$top/apt-sid
 debian_apt "$apt" amd64 <<EOF

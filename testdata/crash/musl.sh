@@ -25,23 +25,13 @@ arm) darch=armhf triple=arm-linux-musleabihf loader=ld-musl-armhf.so.1 ;;
 *) echo "musl.sh: no foreign musl for $arch (aarch64 arm; x86_64 uses musl-tools)" >&2; exit 2 ;;
 esac
 log() { echo "musl/$arch: $*" >&2; }
+# shellcheck source=scripts/debian-apt.sh
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 
 top=$cache/musl
 cur=$top/$arch
-if [ -s "$cur/musl-gcc.specs" ]; then
-	echo "$cur"
-	exit 0
-fi
-mkdir -p "$top"
-exec 9>"$top/.lock"
-flock 9
-if [ -s "$cur/musl-gcc.specs" ]; then
-	echo "$cur"
-	exit 0
-fi
+dapt_cached "$top" "$cur" musl-gcc.specs
 
-# shellcheck source=scripts/debian-apt.sh
-. "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 apt=$top/apt-$darch
 debian_apt "$apt" "$darch" <<EOS
 deb [arch=$darch signed-by=$debian_keyring] $debian_mirror bookworm main

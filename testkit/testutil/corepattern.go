@@ -3,6 +3,7 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"testing"
@@ -44,4 +45,43 @@ func SwapCorePattern(t testing.TB) func(line string) error {
 		close(done)
 	})
 	return func(line string) error { return os.WriteFile(CorePatternFile, []byte(line), 0o644) }
+}
+
+// HostDir is where a test on the host's own kernel works: it skips unless
+// opted in (UNWOUND_TEST_HOST=1, as make test-host sets), root, and gcc is
+// installed to build the crasher; what says what the test does to the
+// host. The directory is short (core_pattern holds 127 characters) and
+// removed when the test ends.
+func HostDir(t testing.TB, what string) string {
+	t.Helper()
+	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
+		t.Skip("opt-in: make test-host (root; " + what + " and restores it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed")
+	}
+	dir, err := os.MkdirTemp("", "uw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// SwapCoreSocket points core_pattern at the coredump socket sock, "@@"
+// (the kernel sends the pidfd) or, when the kernel refuses that, "@", and
+// restores the old pattern as SwapCorePattern does. It returns the
+// pattern taken, "" when the kernel takes neither (before 6.16).
+func SwapCoreSocket(t testing.TB, sock string) string {
+	t.Helper()
+	set := SwapCorePattern(t)
+	for _, p := range []string{"@@" + sock, "@" + sock} {
+		if err := set(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }

@@ -19,7 +19,6 @@ package armor
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -27,6 +26,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 const (

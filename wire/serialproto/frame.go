@@ -60,24 +60,17 @@ const (
 	TEmpty Type = 7 // uploader: the queue is empty; the receiver acks it
 )
 
-func (t Type) String() string {
-	switch t {
-	case THello:
-		return "hello"
-	case TOffer:
-		return "offer"
-	case TData:
-		return "data"
-	case TAck:
-		return "ack"
-	case TNak:
-		return "nak"
-	case TDone:
-		return "done"
-	case TEmpty:
-		return "empty"
+var typeNames = [...]string{THello: "hello", TOffer: "offer", TData: "data", TAck: "ack", TNak: "nak", TDone: "done", TEmpty: "empty"}
+
+func (t Type) String() string { return name(typeNames[:], uint8(t), "type") }
+
+// name is v's name, or the prefix and the number for a value without one
+// (a newer peer's).
+func name(names []string, v uint8, prefix string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("type%d", uint8(t))
+	return fmt.Sprintf("%s%d", prefix, v)
 }
 
 // Frame is one decoded frame.

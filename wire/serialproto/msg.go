@@ -27,17 +27,9 @@ const (
 	Rejected  Status = 3 // it never will (invalid report, too large): quarantine
 )
 
-func (s Status) String() string {
-	switch s {
-	case Stored:
-		return "stored"
-	case Duplicate:
-		return "duplicate"
-	case Rejected:
-		return "rejected"
-	}
-	return fmt.Sprintf("status%d", uint8(s))
-}
+var statusNames = [...]string{Stored: "stored", Duplicate: "duplicate", Rejected: "rejected"}
+
+func (s Status) String() string { return name(statusNames[:], uint8(s), "status") }
 
 var errShort = errors.New("short payload")
 

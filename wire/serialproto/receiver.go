@@ -3,9 +3,10 @@ package serialproto
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"time"
+
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // Store is what a Receiver does with reports.

@@ -2,11 +2,12 @@ package serialproto
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/unwound-dev/unwound/internal/sha256"
 )
 
 // Options tune a Sender. Zero values take the defaults.
@@ -270,16 +271,12 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 		got := false
 		deadline := time.Now().Add(s.rto())
 		for !got {
-			f, err := s.recv(ctx, deadline)
+			f, r, err := s.recvReply(ctx, deadline, id)
 			if err == errTimeout {
 				break
 			}
 			if err != nil {
 				return 0, err
-			}
-			r, ok := s.reply(f, id)
-			if !ok {
-				continue
 			}
 			switch f.Type {
 			case TDone:
@@ -333,7 +330,7 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			if !probe.IsZero() {
 				until = probe
 			}
-			f, err := s.recv(ctx, until)
+			f, r, err := s.recvReply(ctx, until, id)
 			if err == errTimeout && !probe.IsZero() {
 				probed = true
 				if err := x.probe(); err != nil {
@@ -357,16 +354,11 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				mark = time.Now()
 				continue
 			}
-			// The offer loop above reads replies alike, but it stops at
-			// the first ack while this one drives the window (acks
-			// advance it, naks resend, timeouts back off): one shared
-			// reader would need a flag for every case, so two stay.
+			// The offer loop above handles a reply alike, but it stops
+			// at the first ack while this one drives the window (acks
+			// advance it, naks resend, timeouts back off).
 			if err != nil {
 				return 0, err
-			}
-			r, ok := s.reply(f, id)
-			if !ok {
-				continue
 			}
 			switch f.Type {
 			case TDone:
@@ -664,6 +656,20 @@ func (s *Sender) reply(f Frame, id ID) (Reply, bool) {
 		return Reply{}, false
 	}
 	return r, true
+}
+
+// recvReply waits until deadline for the receiver's reply about the
+// transfer id, passing over every other frame (stale or foreign replies).
+func (s *Sender) recvReply(ctx context.Context, deadline time.Time, id ID) (Frame, Reply, error) {
+	for {
+		f, err := s.recv(ctx, deadline)
+		if err != nil {
+			return Frame{}, Reply{}, err
+		}
+		if r, ok := s.reply(f, id); ok {
+			return f, r, nil
+		}
+	}
 }
 
 // Empty tells the receiver the queue is empty (a receiver that is not

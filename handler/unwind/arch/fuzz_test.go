@@ -1,15 +1,19 @@
 package arch
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/le"
+)
 
 // FuzzCallBefore feeds every architecture's call-site decoder and PLT
 // matcher arbitrary code bytes (they come from the files a crashed
 // process mapped): no panic, sizes within the bytes given.
 func FuzzCallBefore(f *testing.F) {
-	f.Add(w32(0x940000f0), uint64(0x8b8), false)
-	f.Add(h16(0xf7ff, 0xefee), uint64(0x61c), true)
-	f.Add(h16(0x4798), uint64(0x972), true)
-	f.Add(w32(0xf65ff0ef), uint64(0x940), false)
+	f.Add(le.W32(0x940000f0), uint64(0x8b8), false)
+	f.Add(le.H16(0xf7ff, 0xefee), uint64(0x61c), true)
+	f.Add(le.H16(0x4798), uint64(0x972), true)
+	f.Add(le.W32(0xf65ff0ef), uint64(0x940), false)
 	f.Add([]byte{0x41, 0xff, 0x54, 0x24, 0x30}, uint64(0xfc40), false)
 	f.Add([]byte{0xff, 0x14, 0x25, 0, 0, 0, 0}, uint64(0x1007), false)
 	f.Add([]byte{}, uint64(0), false)
@@ -29,9 +33,9 @@ func FuzzCallBefore(f *testing.F) {
 // FuzzTailBranch feeds the tail-jump decoders arbitrary code bytes (a
 // function's start, read from a mapped file): no panic on any length.
 func FuzzTailBranch(f *testing.F) {
-	f.Add(w32(0xd2800002, 0x14000040), uint64(0x1000))
-	f.Add(append(h16(0x4601), w32(0x0200006f)...), uint64(0x1000))
-	f.Add(h16(0xa801), uint64(0x1000))
+	f.Add(le.W32(0xd2800002, 0x14000040), uint64(0x1000))
+	f.Add(append(le.H16(0x4601), le.W32(0x0200006f)...), uint64(0x1000))
+	f.Add(le.H16(0xa801), uint64(0x1000))
 	f.Add([]byte{0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x89, 0xf7, 0xe9, 0, 1, 0, 0}, uint64(0x1000))
 	f.Add([]byte{0x48}, uint64(0))
 	f.Fuzz(func(t *testing.T, b []byte, at uint64) {
@@ -49,9 +53,9 @@ func FuzzTailBranch(f *testing.F) {
 // FuzzCallTargets feeds the direct-call sweeps arbitrary code (a mapped
 // file's executable segment): no panic on any length or address.
 func FuzzCallTargets(f *testing.F) {
-	f.Add(w32(0x940000f0, 0xd503201f), uint64(0x1000))
+	f.Add(le.W32(0x940000f0, 0xd503201f), uint64(0x1000))
 	f.Add([]byte{0x90, 0xe8, 0x10, 0, 0, 0, 0xe8}, uint64(0x1000))
-	f.Add(append(h16(0x4601), w32(0xf65ff0ef)...), uint64(0x1000))
+	f.Add(append(le.H16(0x4601), le.W32(0xf65ff0ef)...), uint64(0x1000))
 	f.Add([]byte{0xe8}, uint64(0))
 	f.Fuzz(func(t *testing.T, b []byte, vaddr uint64) {
 		for _, a := range all {
@@ -65,9 +69,9 @@ func FuzzCallTargets(f *testing.F) {
 // FuzzTailIndirect feeds the indirect-tail decoder arbitrary code bytes:
 // no panic on any length, in either instruction set.
 func FuzzTailIndirect(f *testing.F) {
-	f.Add(h16(0x1c4b, 0xb570, 0x460d, 0xf7ff, 0xff10, 0xe8bd, 0x4070, 0x4718), true)
-	f.Add(w32(0xe92d4010, 0xebfffffe, 0xe8bd4010, 0xe12fff13), false)
-	f.Add(h16(0xf7ff), true)
+	f.Add(le.H16(0x1c4b, 0xb570, 0x460d, 0xf7ff, 0xff10, 0xe8bd, 0x4070, 0x4718), true)
+	f.Add(le.W32(0xe92d4010, 0xebfffffe, 0xe8bd4010, 0xe12fff13), false)
+	f.Add(le.H16(0xf7ff), true)
 	f.Add([]byte{0x13}, false)
 	f.Fuzz(func(t *testing.T, b []byte, thumb bool) {
 		if len(b) > MaxIndirectTail {

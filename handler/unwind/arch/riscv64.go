@@ -15,7 +15,8 @@ const (
 	rvFP = 8
 )
 
-// RISCV64 is the 64-bit RISC-V architecture.
+// RISCV64 is the 64-bit RISC-V architecture. Its literal repeats the shape
+// of AArch64's on purpose: each architecture's facts are data in its own file.
 var RISCV64 = &Arch{
 	Name:    "riscv64",
 	Machine: elf.EM_RISCV,

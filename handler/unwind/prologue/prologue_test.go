@@ -1,30 +1,15 @@
 package prologue
 
 import (
-	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/le"
 )
-
-func hw(h ...uint16) []byte {
-	var b []byte
-	for _, x := range h {
-		b = binary.LittleEndian.AppendUint16(b, x)
-	}
-	return b
-}
-
-func words(w ...uint32) []byte {
-	var b []byte
-	for _, x := range w {
-		b = binary.LittleEndian.AppendUint32(b, x)
-	}
-	return b
-}
 
 func TestThumb(t *testing.T) {
 	// glibc armhf abort: ldr…; push {r7, lr}; add r0, pc; ldr; sub sp, #144
-	code := hw(0x4b4e, 0xf5a4, 0x64a0, 0x447a, 0x484d, 0xb580, 0x4478, 0x58d3, 0xb0a4, 0x681b)
+	code := le.H16(0x4b4e, 0xf5a4, 0x64a0, 0x447a, 0x484d, 0xb580, 0x4478, 0x58d3, 0xb0a4, 0x681b)
 	f, err := ARM(code, 0x1000, 0x1000+uint64(len(code)), true)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +23,7 @@ func TestThumb(t *testing.T) {
 		t.Errorf("at the push: size %d", f.Size)
 	}
 	// push.w {r4-r11, lr}; sub.w sp, sp, #0x100; vpush {d8-d9}
-	code = hw(0xe92d, 0x4ff0, 0xf5ad, 0x7d80, 0xed2d, 0x8b04)
+	code = le.H16(0xe92d, 0x4ff0, 0xf5ad, 0x7d80, 0xed2d, 0x8b04)
 	f, err = ARM(code, 0, 12, true)
 	if err != nil || f.Size != 36+256+16 || f.Saved[14] != -4 || f.Saved[4] != -36 {
 		t.Errorf("push.w/sub.w/vpush: %v %+v", err, f)
@@ -47,7 +32,7 @@ func TestThumb(t *testing.T) {
 
 func TestARMMode(t *testing.T) {
 	// push {r4, r11, lr}; sub sp, sp, #16
-	code := words(0xe92d4810, 0xe24dd010)
+	code := le.W32(0xe92d4810, 0xe24dd010)
 	f, err := ARM(code, 0, 8, false)
 	if err != nil || f.Size != 12+16 || f.Saved[14] != -4 || f.Saved[11] != -8 || f.Saved[4] != -12 {
 		t.Errorf("%v %+v", err, f)
@@ -56,14 +41,14 @@ func TestARMMode(t *testing.T) {
 
 func TestWrongStartIsRefused(t *testing.T) {
 	// The end of an earlier function (pop {r7, pc}) before our push.
-	code := hw(0xbd80, 0xb580, 0xb082)
+	code := le.H16(0xbd80, 0xb580, 0xb082)
 	if _, err := ARM(code, 0, 6, true); !errors.Is(err, ErrWrongStart) {
 		t.Errorf("thumb: %v", err)
 	}
-	if _, err := RISCV(hw(0x8082, 0x1141), 0, 4); !errors.Is(err, ErrWrongStart) {
+	if _, err := RISCV(le.H16(0x8082, 0x1141), 0, 4); !errors.Is(err, ErrWrongStart) {
 		t.Errorf("riscv: %v", err)
 	}
-	if _, err := ARM(hw(0x4770), 0, 2, true); !errors.Is(err, ErrWrongStart) {
+	if _, err := ARM(le.H16(0x4770), 0, 2, true); !errors.Is(err, ErrWrongStart) {
 		t.Errorf("bx lr: %v", err)
 	}
 }
@@ -78,8 +63,8 @@ func TestPathsPastAReturn(t *testing.T) {
 	// f1: c.addi16sp -208; c.sdsp s0,192; c.sdsp ra,200; c.sdsp s1,184;
 	// bge a5,a0,.L1; c.ldsp ra; c.ldsp s0; c.ldsp s1; c.addi16sp 208;
 	// ret; .L1: nop
-	f1 := append(hw(0x7155, 0xe1a2, 0xe586, 0xfd26), words(0x00a7d763)...)
-	f1 = append(f1, hw(0x60ae, 0x640e, 0x74ea, 0x6169, 0x8082, 0x0001)...)
+	f1 := append(le.H16(0x7155, 0xe1a2, 0xe586, 0xfd26), le.W32(0x00a7d763)...)
+	f1 = append(f1, le.H16(0x60ae, 0x640e, 0x74ea, 0x6169, 0x8082, 0x0001)...)
 	f, err := RISCV(f1, 0x1000, 0x1016)
 	if err != nil || f.Size != 208 || f.Saved[1] != -8 || f.Saved[8] != -16 || f.Saved[9] != -24 {
 		t.Errorf("after the mid-function return: %v %+v", err, f)
@@ -90,7 +75,7 @@ func TestPathsPastAReturn(t *testing.T) {
 		t.Errorf("in the epilogue: %v %+v", err, f)
 	}
 	// f2: c.beqz a0,.L2; li a0,0; ret; .L2: addi sp,-32; sd ra,24(sp); nop
-	f2 := hw(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001)
+	f2 := le.H16(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001)
 	f, err = RISCV(f2, 0, 10)
 	if err != nil || f.Size != 32 || f.Saved[1] != -8 {
 		t.Errorf("shrink-wrapped: %v %+v", err, f)
@@ -101,7 +86,7 @@ func TestPathsPastAReturn(t *testing.T) {
 	// Uncompressed: addi sp,-208; sd ra,200(sp); blt a5,a0,.L1;
 	// ld ra,200(sp); addi sp,208; jr t1 (a tail call); j .L2; .L1: nop;
 	// .L2: nop
-	f3 := words(0xf3010113, 0x0c113423, 0x00a7ca63, 0x0c813083, 0x0d010113, 0x00030067, 0x0080006f, 0x13, 0x13)
+	f3 := le.W32(0xf3010113, 0x0c113423, 0x00a7ca63, 0x0c813083, 0x0d010113, 0x00030067, 0x0080006f, 0x13, 0x13)
 	for _, pc := range []uint64{0x1c, 0x20} {
 		f, err = RISCV(f3, 0, pc)
 		if err != nil || f.Size != 208 || f.Saved[1] != -8 {
@@ -111,7 +96,7 @@ func TestPathsPastAReturn(t *testing.T) {
 	// Thumb: cbz r0,1f; bx lr; 1: push {r4, r7, lr}; sub sp,#16; cmp r0,#1;
 	// it eq; popeq {r4, r7, pc}; bne.w 2f; add sp,#16; pop {r4, r7, pc};
 	// 2: nop
-	th := hw(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00)
+	th := le.H16(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00)
 	f, err = ARM(th, 0, 0x16, true)
 	if err != nil || f.Size != 28 || f.Saved[14] != -4 || f.Saved[7] != -8 || f.Saved[4] != -12 {
 		t.Errorf("thumb: %v %+v", err, f)
@@ -122,7 +107,7 @@ func TestPathsPastAReturn(t *testing.T) {
 	}
 	// A32: push {r4, fp, lr}; sub sp,#16; cmp r0,#0; bne 1f; add sp,#16;
 	// pop {r4, fp, pc}; 1: nop
-	a := words(0xe92d4810, 0xe24dd010, 0xe3500000, 0x1a000001, 0xe28dd010, 0xe8bd8810, 0xe320f000)
+	a := le.W32(0xe92d4810, 0xe24dd010, 0xe3500000, 0x1a000001, 0xe28dd010, 0xe8bd8810, 0xe320f000)
 	f, err = ARM(a, 0, 0x18, false)
 	if err != nil || f.Size != 28 || f.Saved[14] != -4 {
 		t.Errorf("a32: %v %+v", err, f)
@@ -146,7 +131,7 @@ func TestDynamicFrame(t *testing.T) {
 	}
 	// push {r3-r7, lr}; adds r5, r0, #7; bic.w r3, r5, #7; add r7, sp, #0;
 	// sub.w sp, sp, r3; mov r3, sp
-	th := hw(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b)
+	th := le.H16(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b)
 	f, err := ARM(th, 0, 16, true)
 	if err != nil || !f.Dynamic || f.Saved[14] != -4 || f.Saved[7] != -8 {
 		t.Fatalf("thumb: %v %+v", err, f)
@@ -160,14 +145,14 @@ func TestDynamicFrame(t *testing.T) {
 		t.Errorf("thumb, before the alloca: %+v", f)
 	}
 	// ...; mov sp, r7 undoes it: then SP = r7.
-	th2 := append(append([]byte(nil), th...), hw(0x46bd, 0xbdf8)...)
+	th2 := append(append([]byte(nil), th...), le.H16(0x46bd, 0xbdf8)...)
 	f, _ = ARM(th2, 0, 18, true)
 	if f.Dynamic || f.Size != 24 {
 		t.Errorf("thumb, after mov sp, r7: %+v", f)
 	}
 	// push {r4-r7, fp, lr}; add r5, r0, #7; bic r3, r5, #7; add fp, sp, #20;
 	// sub sp, sp, r3; mov r3, sp
-	a := words(0xe92d48f0, 0xe2805007, 0xe3c53007, 0xe28db014, 0xe04dd003, 0xe1a0300d)
+	a := le.W32(0xe92d48f0, 0xe2805007, 0xe3c53007, 0xe28db014, 0xe04dd003, 0xe1a0300d)
 	f, err = ARM(a, 0, 24, false)
 	if err != nil || !f.Dynamic || f.Saved[14] != -4 || f.Saved[11] != -8 {
 		t.Fatalf("a32: %v %+v", err, f)
@@ -176,7 +161,7 @@ func TestDynamicFrame(t *testing.T) {
 		t.Errorf("a32: CFA %#x %v, want fp+4", cfa, err)
 	}
 	// A computed SP without a frame pointer: no CFA.
-	f, err = ARM(hw(0xb580, 0xebad, 0x0d03), 0, 6, true)
+	f, err = ARM(le.H16(0xb580, 0xebad, 0x0d03), 0, 6, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,32 +177,32 @@ func hasReg(f *Frame, r int) bool {
 
 func TestRISCV(t *testing.T) {
 	// c.addi16sp sp, -64; c.sdsp ra, 56(sp); c.sdsp s0, 48(sp)
-	code := hw(0x7139, 0xfc06, 0xf822)
+	code := le.H16(0x7139, 0xfc06, 0xf822)
 	f, err := RISCV(code, 0, 6)
 	if err != nil || f.Size != 64 || f.Saved[1] != -8 || f.Saved[8] != -16 {
 		t.Errorf("compressed: %v %+v", err, f)
 	}
 	// addi sp, sp, -2032; sd ra, 2024(sp)
-	code = words(0x81010113, 0x7e113423)
+	code = le.W32(0x81010113, 0x7e113423)
 	f, err = RISCV(code, 0, 8)
 	if err != nil || f.Size != 2032 || f.Saved[1] != -8 {
 		t.Errorf("full-size: %v %+v", err, f)
 	}
-	if _, err := RISCV(hw(0x0001), 0, 2); !errors.Is(err, ErrNoPrologue) {
+	if _, err := RISCV(le.H16(0x0001), 0, 2); !errors.Is(err, ErrNoPrologue) {
 		t.Errorf("no prologue: %v", err)
 	}
 }
 
 func FuzzAnalyzers(f *testing.F) {
-	f.Add(hw(0xb580, 0xb0a4), true)
-	f.Add(words(0xe92d4810, 0xe24dd010), false)
-	f.Add(hw(0x7139, 0xfc06), true)
-	f.Add(hw(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b, 0x46bd, 0xbdf8), true)
-	f.Add(hw(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001), false)
-	f.Add(hw(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00), true)
+	f.Add(le.H16(0xb580, 0xb0a4), true)
+	f.Add(le.W32(0xe92d4810, 0xe24dd010), false)
+	f.Add(le.H16(0x7139, 0xfc06), true)
+	f.Add(le.H16(0xb5f8, 0x1dc5, 0xf025, 0x0307, 0xaf00, 0xebad, 0x0d03, 0x466b, 0x46bd, 0xbdf8), true)
+	f.Add(le.H16(0xc119, 0x4501, 0x8082, 0x1101, 0xec06, 0x0001), false)
+	f.Add(le.H16(0xb100, 0x4770, 0xb590, 0xb084, 0x2801, 0xbf08, 0xbd90, 0xf040, 0x8002, 0xb004, 0xbd90, 0xbf00), true)
 	// A64: stp x29, x30, [sp, #-48]!; mov x29, sp; mov x12, #8576;
 	// sub sp, sp, x12; bl; ldp x29, x30, [sp], #48; ret
-	f.Add(words(0xa9bd7bfd, 0x910003fd, 0xd284300c, 0xcb2c63ff, 0x94000010, 0xa8c37bfd, 0xd65f03c0), false)
+	f.Add(le.W32(0xa9bd7bfd, 0x910003fd, 0xd284300c, 0xcb2c63ff, 0x94000010, 0xa8c37bfd, 0xd65f03c0), false)
 	f.Fuzz(func(t *testing.T, code []byte, thumb bool) {
 		ARM(code, 0, uint64(len(code)), thumb)
 		RISCV(code, 0, uint64(len(code)))
@@ -227,27 +212,27 @@ func FuzzAnalyzers(f *testing.F) {
 
 func TestAArch64(t *testing.T) {
 	// stp x29, x30, [sp, #-48]!; mov x29, sp; stp x19, x20, [sp, #16]
-	code := words(0xa9bd7bfd, 0x910003fd, 0xa90153f3)
+	code := le.W32(0xa9bd7bfd, 0x910003fd, 0xa90153f3)
 	f, err := AArch64(code, 0, 12)
 	if err != nil || f.Size != 48 || f.Saved[29] != -48 || f.Saved[30] != -40 || f.Saved[19] != -32 || f.Saved[20] != -24 {
 		t.Errorf("frame record: %v %+v", err, f)
 	}
 	// A large frame: mov x12, #8576; sub sp, sp, x12; stp x29, x30, [sp]
-	code = words(0xd284300c, 0xcb2c63ff, 0xa9007bfd)
+	code = le.W32(0xd284300c, 0xcb2c63ff, 0xa9007bfd)
 	f, err = AArch64(code, 0, 12)
 	if err != nil || f.Size != 8576 || f.Dynamic || f.Saved[30] != -8568 {
 		t.Errorf("large frame: %v %+v", err, f)
 	}
 	// sub sp, sp, x0 (alloca) before a frame pointer: not a leaf.
-	if _, err := AArch64(words(0xcb2063ff), 0, 4); errors.Is(err, ErrNoPrologue) {
+	if _, err := AArch64(le.W32(0xcb2063ff), 0, 4); errors.Is(err, ErrNoPrologue) {
 		t.Errorf("alloca: %v, want no leaf", err)
 	}
 	// A leaf: add w0, w0, #1 before the PC.
-	if _, err := AArch64(words(0x11000400), 0, 4); !errors.Is(err, ErrNoPrologue) {
+	if _, err := AArch64(le.W32(0x11000400), 0, 4); !errors.Is(err, ErrNoPrologue) {
 		t.Errorf("leaf: %v", err)
 	}
 	// ret before the PC, nothing branching past it: not this function's start.
-	if _, err := AArch64(words(0xd65f03c0, 0xa9bf7bfd), 0, 8); !errors.Is(err, ErrWrongStart) {
+	if _, err := AArch64(le.W32(0xd65f03c0, 0xa9bf7bfd), 0, 8); !errors.Is(err, ErrWrongStart) {
 		t.Errorf("wrong start: %v", err)
 	}
 }

@@ -14,16 +14,11 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-(cd "$repo" && go build -o "$tmp/unwound-handler" ./cmd/unwound-handler)
-gcc -O1 -g -pthread -o crash "$repo/testdata/crash/crash.c"
+# shellcheck source=scripts/mkreports.sh
+. "$repo/scripts/mkreports.sh"
 for s in nullwrite threads sighandler recursion; do
 	mkdir "$s"
 	(cd "$s" && sh -c "ulimit -c unlimited; exec ../crash $s" >/dev/null 2>&1) || true
 	core=$(ls "$s"/core* | head -n 1)
-	./unwound-handler --core-file "$core" --exe ./crash --print-json |
-		sed -E 's/"(boot_id|device_id)": *"[^"]*"/"\1":"00000000000000000000000000000000"/g' |
-		zstd -q -19 -c >"$here/$s.json.zst"
+	./unwound-handler --core-file "$core" --exe ./crash --print-json | scrub >"$here/$s.json.zst"
 done

@@ -101,6 +101,17 @@ func status(pid int, keys ...string) map[string]int64 {
 // children returns the pids whose parent is pid.
 func children(pid int) []int {
 	var out []int
+	eachProc(func(p int, _ string, f []string) {
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	})
+	return out
+}
+
+// eachProc calls fn with every process's pid, command name and the fields
+// of /proc/PID/stat after the name (state, ppid, ...).
+func eachProc(fn func(pid int, comm string, f []string)) {
 	ds, _ := os.ReadDir("/proc")
 	for _, d := range ds {
 		p, err := strconv.Atoi(d.Name())
@@ -111,16 +122,14 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces, so after ')'.
+		// pid (comm) state ppid ...: comm may hold spaces and
+		// parentheses, so it ends at the last ')'.
 		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			f := strings.Fields(s[i+1:])
-			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-				out = append(out, p)
-			}
+		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if i >= 0 && j > i {
+			fn(p, s[i+1:j], strings.Fields(s[j+1:]))
 		}
 	}
-	return out
 }
 
 // rssWrap runs the handler under the kernel's pipe and measures its
@@ -206,23 +215,11 @@ func queueCount() int {
 // their states (R, S, D, …).
 func handlers() map[int]string {
 	out := map[int]string{}
-	ds, _ := os.ReadDir("/proc")
-	for _, d := range ds {
-		p, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
+	eachProc(func(p int, comm string, f []string) {
+		if strings.HasPrefix(comm, "unwound-handle") && len(f) > 0 {
+			out[p] = f[0]
 		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil || !strings.Contains(string(b), "(unwound-handle") {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 0 {
-				out[p] = f[0]
-			}
-		}
-	}
+	})
 	return out
 }
 

@@ -11,16 +11,9 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-(cd "$repo" && go build -o "$tmp/unwound-handler" ./cmd/unwound-handler)
+# shellcheck source=scripts/mkreports.sh
+. "$repo/scripts/mkreports.sh"
 gcc -O1 -g -pthread -o threads64 "$here/threads64.c" -lm
-gcc -O1 -g -pthread -o crash "$repo/testdata/crash/crash.c"
-
-scrub() {
-	sed -E 's/"(boot_id|device_id)": "[^"]*"/"\1": "00000000000000000000000000000000"/' | zstd -q -19 -c
-}
 
 ./threads64 >ready &
 pid=$!
