@@ -50,7 +50,9 @@ const (
 	// (15 KB of code) with issue 29's pipeline and issue 25's last checks
 	// crossed two 64 KiB steps with Go 1.26 (the rodata 17 KB past its
 	// step), while Go 1.22.12 stays within its step (docs/design.md).
-	handlerBudget126  = 3_420_000
+	// Our own SHA-256 (internal/sha256) took the FIPS module out: 3,211,426
+	// B, and the budget is back to 3.28 MB, no more than before issue 29.
+	handlerBudget126  = 3_280_000
 	uploaderBudget126 = 7_300_000
 	serialBudget126   = 3_500_000 // -tags unwound_nohttp
 )
