@@ -16,6 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
@@ -29,24 +30,7 @@ type socketHost struct {
 	prog                               string
 	q                                  *queue.Queue
 	srv                                *exec.Cmd
-	srvLog                             *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	srvLog                             *syncbuf.Buffer
 }
 
 func newSocketHost(t *testing.T) *socketHost {
@@ -88,7 +72,7 @@ func regexpLine(text []byte, key string) []byte {
 // start runs the server and waits for its socket.
 func (h *socketHost) start(t *testing.T) {
 	t.Helper()
-	h.srvLog = &syncBuffer{}
+	h.srvLog = &syncbuf.Buffer{}
 	h.srv = exec.Command(h.bin, "--config", h.cfg, "--serve-coredump-socket", h.sock)
 	h.srv.Env = append(os.Environ(), "UNWOUND_LOG_STDERR=1", "GOTRACEBACK=crash")
 	h.srv.Stderr = h.srvLog

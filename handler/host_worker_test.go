@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/handler/coredumpsock"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 	"golang.org/x/sys/unix"
 )
 
@@ -175,8 +176,8 @@ func TestHostSocketIdleExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	activate := func() (*exec.Cmd, *syncBuffer) {
-		log := &syncBuffer{}
+	activate := func() (*exec.Cmd, *syncbuf.Buffer) {
+		log := &syncbuf.Buffer{}
 		cmd := exec.Command("sh", "-c", `LISTEN_FDS=1 LISTEN_PID=$$ exec "$0" "$@"`, h.bin, "--config", h.cfg, "--serve-coredump-socket", filepath.Join(h.dir, "unused.sock"))
 		cmd.ExtraFiles = []*os.File{ln}
 		cmd.Env = append(os.Environ(), "UNWOUND_LOG_STDERR=1")
