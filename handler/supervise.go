@@ -293,7 +293,7 @@ func (ch *child) wait(deadline time.Time) string {
 	} else if res.err != nil {
 		why = fmt.Sprintf("the unwinding child: %v", res.err)
 	}
-	if line := fatalLine(ch.stderr.Bytes()); line != "" {
+	if line := fatalLine(ch.stderr.last()); line != "" {
 		why += ": " + line
 	}
 	return why
@@ -312,20 +312,34 @@ func fatalLine(b []byte) string {
 	return ""
 }
 
-// headWriter keeps the first max bytes written to it.
+// headWriter keeps the first max bytes written to it, and the last max
+// after those: a child that logged much before it died still has the
+// runtime's last words kept.
 type headWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+	mu      sync.Mutex
+	max     int
+	b, tail []byte
 }
 
 func (w *headWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if n := w.max - len(w.b); n > 0 {
-		w.b = append(w.b, p[:min(n, len(p))]...)
+	n := min(max(w.max-len(w.b), 0), len(p))
+	w.b = append(w.b, p[:n]...)
+	if rest := p[n:]; len(rest) > 0 {
+		w.tail = append(w.tail, rest...)
+		if over := len(w.tail) - w.max; over > 0 {
+			w.tail = append(w.tail[:0], w.tail[over:]...)
+		}
 	}
 	return len(p), nil
+}
+
+// last is what the head and the tail kept, for fatalLine.
+func (w *headWriter) last() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append(append(append([]byte(nil), w.b...), '\n'), w.tail...)
 }
 
 func (w *headWriter) Bytes() []byte {

@@ -3,6 +3,7 @@ package handler
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -302,5 +303,21 @@ func TestSupervisedSaveCoreDir(t *testing.T) {
 		if b, _ := os.ReadFile(saved[0]); !bytes.Equal(b, core) {
 			t.Errorf("supervise=%s: saved %d bytes, the core has %d", sup, len(b), len(core))
 		}
+	}
+}
+
+// A child that logged more than the head keeps before dying still has
+// the runtime's words found.
+func TestHeadWriterKeepsTheLastWords(t *testing.T) {
+	w := &headWriter{max: 64}
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(w, "log line %d\n", i)
+	}
+	fmt.Fprintf(w, "fatal error: runtime: out of memory\n\ngoroutine 1 [running]:\n")
+	if got := fatalLine(w.last()); got != "fatal error: runtime: out of memory" {
+		t.Errorf("fatalLine = %q", got)
+	}
+	if len(w.b) != 64 || len(w.tail) > 64 {
+		t.Errorf("kept %d and %d bytes, want at most 64 each", len(w.b), len(w.tail))
 	}
 }
