@@ -7,6 +7,9 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+
+	"github.com/unwound-dev/unwound/internal/flock"
+	"golang.org/x/sys/unix"
 )
 
 // CorePatternFile is the host's kernel.core_pattern.
@@ -18,8 +21,18 @@ const CorePatternFile = "/proc/sys/kernel/core_pattern"
 // writes a new pattern.
 func SwapCorePattern(t testing.TB) func(line string) error {
 	t.Helper()
+	// One test at a time, machine-wide: go test runs packages in
+	// parallel, and two swaps interleaved would each restore what the
+	// other had set, leave the host changed, and take each other's
+	// crashes meanwhile. The lock is on the sysctl's own file: nothing
+	// is left behind.
+	lock, err := flock.Open(CorePatternFile, unix.LOCK_EX)
+	if err != nil {
+		t.Fatal(err)
+	}
 	old, err := os.ReadFile(CorePatternFile)
 	if err != nil {
+		lock.Close()
 		t.Fatal(err)
 	}
 	restore := func() {
@@ -43,6 +56,7 @@ func SwapCorePattern(t testing.TB) func(line string) error {
 		restore()
 		signal.Stop(sigs)
 		close(done)
+		lock.Close()
 	})
 	return func(line string) error { return os.WriteFile(CorePatternFile, []byte(line), 0o644) }
 }
