@@ -142,7 +142,8 @@ func (prologueStrategy) lostRA(u *unwinder, f *frame) error {
 	}
 	b := f.m.Bias()
 	pc := f.cur.pc - b
-	start, ok := u.funcStart(f.m.File, lookupPC(f.cur)-b)
+	var start uint64
+	var ok bool
 	if a.ThumbBit {
 		// Neither a call target nor an index entry (EXIDX_CANTUNWIND
 		// fills gaps of several functions) says whether Thumb or A32
@@ -154,6 +155,8 @@ func (prologueStrategy) lostRA(u *unwinder, f *frame) error {
 		if !f.cur.thumb && start%4 != 0 {
 			return nil
 		}
+	} else {
+		start, ok = u.funcStart(f.m.File, lookupPC(f.cur)-b)
 	}
 	if !ok || pc <= start || pc-start > prologue.MaxCode {
 		return nil
