@@ -32,6 +32,10 @@ type env struct {
 	supervisor bool
 
 	inject inject // test builds only (tag unwoundfault): make the child die
+
+	// hard is the hard deadline of a process that handles one crash and
+	// exits at it; nil in a supervised child and in the socket server.
+	hard *hardDeadline
 }
 
 // crash is one crash while its report is built, in every input mode: the

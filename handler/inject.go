@@ -6,6 +6,6 @@ package handler
 
 type inject struct{}
 
-func childInject() inject { return inject{} }
+func injectFromEnv(bool) inject { return inject{} }
 
 func (inject) at(string) {}

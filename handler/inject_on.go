@@ -10,14 +10,27 @@ import (
 // inject makes a supervised child die the ways Go cannot recover from, to
 // test that the supervising parent still reports the crash. Only binaries
 // built with -tags unwoundfault read UNWOUND_FAULT: panic, oom, stack,
-// maps (concurrent map writes), hang.
+// maps (concurrent map writes), hang; and storehang, which makes storing
+// the report hang, in the parent too, for the hard deadline.
 type inject struct{ mode string }
 
-func childInject() inject { return inject{mode: os.Getenv("UNWOUND_FAULT")} }
+// injectFromEnv reads UNWOUND_FAULT; outside a supervised child only
+// storehang applies (a handler that unwinds in process dies of the rest
+// as any process would, with nobody to report it).
+func injectFromEnv(child bool) inject {
+	mode := os.Getenv("UNWOUND_FAULT")
+	if !child && mode != "storehang" {
+		mode = ""
+	}
+	return inject{mode: mode}
+}
 
 var sink [][]byte
 
 func (f inject) at(where string) {
+	if where == "store" && f.mode == "storehang" {
+		time.Sleep(time.Hour)
+	}
 	if where != "unwind" {
 		return
 	}

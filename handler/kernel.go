@@ -51,8 +51,10 @@ func RunKernel(o KernelOptions) int {
 		// One crash of many in the coredump socket server (serve.go):
 		// its server bounds each connection, so no hard exit here.
 		stop()
+		e.hard = nil
 	}
 	e.drift = func() { LogDrift(e.log, o.ProcSys, o.ConfigPath, e.cfg.RateLimit.MaxConcurrent) }
+	e.inject = injectFromEnv(false)
 	if o.inProcess && !serverDrift.due(start) {
 		// The coredump socket server checks once a minute, not once a
 		// crash: a storm of 64 logged the same lines 64 times.
@@ -133,8 +135,10 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 	if child {
 		code = 3
 	}
-	hard := time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
+	hard := &hardDeadline{}
+	hard.timer = time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
 		lg.Errorf("hard deadline passed, exiting without a report")
+		hard.settle(lg)
 		os.Exit(code)
 	})
 	ka, argErr := admit.ParseKernelArgs(args)
@@ -146,7 +150,49 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 			notes = append(notes, err.Error())
 		}
 	}
-	return &env{cfg: cfg, log: lg, policy: admitPolicy(cfg)}, ka, notes, hard.Stop
+	e = &env{cfg: cfg, log: lg, policy: admitPolicy(cfg)}
+	if !child {
+		e.hard = hard // a child's parent counts what the child leaves
+	}
+	return e, ka, notes, hard.timer.Stop
+}
+
+// hardDeadline is startKernel's last line of defence. A handler that goes
+// at it without a report would lose the crash without a trace, and with
+// it the drops its report was to carry (under a storm, tens of them): so
+// from its admission until its outcome is recorded, a crash owes the
+// admission state those counts, and the deadline pays them before the
+// exit (admit.Abandon, which never waits long for the state's lock).
+type hardDeadline struct {
+	timer *time.Timer
+	mu    sync.Mutex
+	owed  func() bool // nil: nothing would be lost
+}
+
+// owe sets what the deadline must record; nil once the outcome is
+// recorded (stored, or counted as lost).
+func (h *hardDeadline) owe(f func() bool) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.owed = f
+	h.mu.Unlock()
+}
+
+func (h *hardDeadline) settle(lg *Logger) {
+	h.mu.Lock()
+	f := h.owed
+	h.owed = nil
+	h.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if f() {
+		lg.Errorf("the crash is counted as dropped (deadline) in the next report")
+	} else {
+		lg.Errorf("the crash could not be counted: the admission state is locked")
+	}
 }
 
 // limitMemory bounds the handler: the Go memory limit (soft: the

@@ -31,6 +31,9 @@ func (c *crash) pipeline(work func(*crash) *report.Report) *report.Report {
 				return nil
 			}
 			defer ticket.Release()
+			pol, dropped := c.env.policy, c.out.dropped
+			c.env.hard.owe(func() bool { return admit.Abandon(pol, dropped, "deadline", 300*time.Millisecond) })
+			defer c.env.hard.owe(nil)
 		}
 	}
 	r := work(c)

@@ -35,6 +35,7 @@ func (c *crash) store(r *report.Report) int {
 		c.lost("queue_unusable")
 		return 0
 	}
+	c.env.inject.at("store")
 	var crashTime int64
 	if r.TimeTrusted {
 		crashTime = r.Time
@@ -49,6 +50,7 @@ func (c *crash) store(r *report.Report) int {
 		}
 		return 0
 	}
+	c.env.hard.owe(nil) // stored: nothing left for the deadline to count
 	// Evicted and expired reports are never sent: the next report says
 	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {
@@ -113,6 +115,7 @@ func (c *crash) lost(reason string) {
 	if c.env.policy.Dir == "" {
 		return
 	}
+	c.env.hard.owe(nil) // counted here
 	admit.Restore(c.env.policy, c.out.dropped)
 	admit.Drop(c.env.policy, reason)
 }

@@ -394,7 +394,7 @@ func RunChild(o ChildOptions) int {
 	if os.Getenv(noDriftEnv) != "" {
 		e.drift = nil
 	}
-	e.inject = childInject()
+	e.inject = injectFromEnv(true)
 	e.parent = os.Getppid()
 	in := pipeInput(o.Stdin, br, ka, len(o.Args)-1, childPidfd(ka.PID), start.Add(e.cfg.Handler.Deadline.D()))
 	c := newCrash(e, in, start)

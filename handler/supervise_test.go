@@ -153,6 +153,46 @@ func TestSupervisedChildDies(t *testing.T) {
 	}
 }
 
+// TestHardDeadlineCounts: a handler that reaches its hard deadline still
+// hanging (here in storing the report, as on a flash that stalls every
+// write) goes without a report, but not without a trace: the crash is
+// counted under "deadline", the drops its report was to carry go back,
+// and the next report carries both. Supervised (the child hangs too, is
+// killed, and the parent hangs writing the registers-only report) and
+// not.
+func TestHardDeadlineCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the hard deadline: not in -short")
+	}
+	bin := handlerBinary(t, "unwoundfault")
+	core := stackCore()
+	for _, sup := range []string{"true", "false"} {
+		h := newHandlerEnv(t, "supervise = "+sup)
+		state := filepath.Join(filepath.Dir(h.qdir), "run")
+		os.Mkdir(state, 0o700)
+		// Five crashes dropped earlier, which this crash's report is
+		// to carry.
+		if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte("d concurrency 5\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run := h.run(t, bin, core.bytes(), noProcArgs, false, "UNWOUND_FAULT=storehang")
+		if len(run.reports) != 0 {
+			t.Fatalf("supervise=%s: %d reports from a handler that hangs storing", sup, len(run.reports))
+		}
+		if !strings.Contains(run.log, "hard deadline passed") || !strings.Contains(run.log, "counted as dropped (deadline)") {
+			t.Errorf("supervise=%s: log:\n%s", sup, run.log)
+		}
+		t.Logf("supervise=%s: gone after %v", sup, run.elapsed.Round(time.Millisecond))
+		next := h.run(t, handlerBinary(t, ""), core.bytes(), noProcArgs, false)
+		if len(next.reports) != 1 {
+			t.Fatalf("supervise=%s: %d reports after the next crash; log:\n%s", sup, len(next.reports), next.log)
+		}
+		if got := next.reports[0].Dropped; got["deadline"] != 1 || got["concurrency"] != 5 || len(got) != 2 {
+			t.Errorf("supervise=%s: the next report carries %v, want concurrency 5 and deadline 1", sup, got)
+		}
+	}
+}
+
 func checkRegistersReport(t *testing.T, r *report.Report, core *synthCore) {
 	t.Helper()
 	if r.Signal.Name != "SIGSEGV" || r.PID != 999999999 || r.Exe != "/usr/bin/victim" || r.Comm != "victim" {

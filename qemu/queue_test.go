@@ -475,8 +475,11 @@ max_concurrent = 2
 		t.Fatal(err)
 	}
 	var stormLine, counts, baseline string
+	var clues []string
 	for _, ln := range qlLines(res.Console) {
 		switch {
+		case strings.HasPrefix(ln, "CLUE "):
+			clues = append(clues, ln)
 		case strings.HasPrefix(ln, "BASELINE "):
 			baseline = ln
 		case strings.HasPrefix(ln, "STORM "):
@@ -499,7 +502,7 @@ max_concurrent = 2
 	}
 	stored, dropped := atoi(kv(counts, "stored")), atoi(kv(counts, "dropped"))
 	if stored+dropped != stormCrashes {
-		t.Errorf("stored %d + dropped %d = %d, want %d", stored, dropped, stored+dropped, stormCrashes)
+		t.Errorf("stored %d + dropped %d = %d, want %d; the guest's clues:\n%s", stored, dropped, stored+dropped, stormCrashes, strings.Join(clues, "\n"))
 	}
 	if stored > 3 {
 		t.Errorf("%d reports stored over a global limit of 3 per hour", stored)

@@ -163,6 +163,33 @@ func Restore(p Policy, dropped map[string]int) {
 	save(p.Dir, st)
 }
 
+// Abandon gives back the drops an admitted crash carried and counts the
+// crash itself under reason, as Restore and Drop would, but waits at most
+// within for the state's lock (polling, never blocking): it runs at the
+// hard deadline, when the handler must go whatever holds the lock. It
+// reports whether it recorded them.
+func Abandon(p Policy, dropped map[string]int, reason string, within time.Duration) bool {
+	path := filepath.Join(p.Dir, "rate.lock")
+	end := time.Now().Add(within)
+	for {
+		lock, err := flock.Open(path, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			defer lock.Close()
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(end) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := load(p.Dir)
+	for k, v := range dropped {
+		st.Dropped[k] += v
+	}
+	st.Dropped[reason]++
+	return save(p.Dir, st) == nil
+}
+
 // Pending returns the drops counted since the last admitted report: what
 // the next report will carry.
 func Pending(dir string) map[string]int {

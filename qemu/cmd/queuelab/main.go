@@ -485,6 +485,32 @@ func stormCounts(n int) {
 	}
 	sort.Strings(dr)
 	console.Say("COUNTS stored=%d dropped=%d per_exe=%s drops=%s", len(es), total, strings.Join(pe, ","), strings.Join(dr, ","))
+	if len(es)+total != n {
+		// A crash neither stored nor counted: say what the kernel and
+		// the handlers logged, less the drops (one line each), and what
+		// the queue set aside, so that the host's failure says why.
+		for _, rec := range guest.KmsgRecords(stormClue) {
+			console.Say("CLUE %s", rec)
+		}
+		qs, _ := os.ReadDir(filepath.Join(qdir, queue.QuarantineDir))
+		temps, _ := filepath.Glob(filepath.Join(qdir, ".tmp-*"))
+		console.Say("CLUE quarantined=%d temps=%d", len(qs), len(temps))
+	}
+}
+
+// stormClue keeps the kernel log records that can explain a crash the
+// storm lost: the handlers' lines but the drops, the OOM killer's, and
+// the kernel's own about core dumps.
+func stormClue(rec string) bool {
+	if strings.Contains(rec, "unwound-handler") {
+		return !strings.Contains(rec, "crash not reported:")
+	}
+	for _, k := range []string{"oom", "Killed process", "Core dump", "core dump", "coredump"} {
+		if strings.Contains(rec, k) {
+			return true
+		}
+	}
+	return false
 }
 
 func memAvailable() int64 {
