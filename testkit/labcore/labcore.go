@@ -15,7 +15,6 @@ import (
 	"github.com/unwound-dev/unwound/qemu"
 	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/testkit/fixture"
-	"golang.org/x/sys/unix"
 )
 
 // Crash names one crash of a fixture program.
@@ -39,17 +38,11 @@ func Cores(t testing.TB, arch, fx string, crashes []Crash) (cores map[string]str
 		t.Fatal(err)
 	}
 	dir := filepath.Join(filepath.Dir(fx), "labcores", filepath.Base(filepath.Dir(kernel)))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lk, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	unlock, err := fixture.LockDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Close()
-	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	defer unlock()
 
 	hostRoot = t.TempDir()
 	r := qemu.NewInitramfs()
