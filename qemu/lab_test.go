@@ -494,10 +494,7 @@ func sameReportOnArm64(t *testing.T, l *Lab, res *LabResult) {
 		t.Log("qemu-aarch64 not installed: the arm64 handler's offline unwind is not compared")
 		return
 	}
-	bin := filepath.Join(l.Dir, "unwound-handler-arm64")
-	if err := BuildGo("github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", filepath.Join(l.Dir, "unwound-handler-arm64"))
 	// One crash per variant: the signal-handler one where there is one.
 	pick := map[string]LabCrash{}
 	for _, c := range res.Crashes {
@@ -570,14 +567,4 @@ func pcsOf(r *report.Report) string {
 		fmt.Fprintf(&b, "| %d %s\n", th.Elided, th.StopReason)
 	}
 	return b.String()
-}
-
-// goBuild builds a Go command for a guest architecture, failing the test
-// on error.
-func goBuild(t testing.TB, pkg, arch, out string) string {
-	t.Helper()
-	if err := BuildGo(pkg, arch, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

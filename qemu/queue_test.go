@@ -48,9 +48,7 @@ func newQueueLab(t testing.TB, work string) *queueLab {
 	src := filepath.Join(work, "svc.c")
 	os.WriteFile(src, []byte("int main(void) { *(volatile int *)0 = 1; return 0; }\n"), 0o644)
 	l.crash = filepath.Join(work, "svc")
-	if out, err := exec.Command("aarch64-linux-gnu-gcc", "-static", "-O2", "-o", l.crash, src).CombinedOutput(); err != nil {
-		t.Fatalf("aarch64-linux-gnu-gcc: %v\n%s", err, out)
-	}
+	crossCompile(t, queueArch, "-static", "-O2", "-o", l.crash, src)
 	return l
 }
 
