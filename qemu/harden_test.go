@@ -117,15 +117,7 @@ func (l *hardenLab) boot(r *Initramfs, mem string) *Result {
 }
 
 // hlLines returns the console's "HL-" lines, without the prefix.
-func hlLines(console string) []string {
-	var out []string
-	for _, l := range strings.Split(console, "\n") {
-		if i := strings.Index(l, "HL-"); i >= 0 {
-			out = append(out, strings.TrimSpace(l[i+3:]))
-		}
-	}
-	return out
-}
+func hlLines(console string) []string { return guest.Facts(console, "HL-") }
 
 // hlFields parses "KEY key=value …" lines starting with prefix.
 func hlFields(lines []string, prefix string) []map[string]string {

@@ -176,16 +176,9 @@ func (l *queueLab) machine(fs, img, work string, r *Initramfs) *Machine {
 
 // qlLines returns the console's "QL-" lines, without the prefix.
 func qlLines(console string) []string {
-	var out []string
 	// A power cut can come in the middle of a line: only whole lines
 	// count.
-	console = console[:strings.LastIndexByte(console, '\n')+1]
-	for _, l := range strings.Split(console, "\n") {
-		if i := strings.Index(l, "QL-"); i >= 0 {
-			out = append(out, strings.TrimSpace(l[i+3:]))
-		}
-	}
-	return out
+	return guest.Facts(console[:strings.LastIndexByte(console, '\n')+1], "QL-")
 }
 
 // powerCuts is the number of cuts per filesystem: a few in make test,
