@@ -188,8 +188,8 @@ func (b *Board) Run(ctx context.Context) (*BoardResult, error) {
 	if err := os.WriteFile(filepath.Join(rootDir, "etc/init.d/S99demo"), []byte(script), 0o755); err != nil {
 		return nil, err
 	}
-	if out, err := exec.Command("go", "build", "-o", res.Unwound, "github.com/unwound-dev/unwound/cmd/unwound").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build unwound: %v\n%s", err, out)
+	if _, err := HostUnwound(work); err != nil {
+		return nil, err
 	}
 
 	d := <-dch

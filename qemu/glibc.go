@@ -28,10 +28,12 @@ var libsFor = map[string]guestLibs{
 
 var runtimeLibs = []string{"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"}
 
-// BuildGo cross-compiles a Go command, statically, for a guest.
-func BuildGo(pkg, arch, out string) error {
+// BuildGo cross-compiles a Go command, statically, for a guest, with
+// flags added to go build's (e.g. -ldflags).
+func BuildGo(pkg, arch, out string, flags ...string) error {
 	goarch, goarm := GoArch(arch)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	args := append(append([]string{"build", "-trimpath"}, flags...), "-o", out, pkg)
+	cmd := exec.Command("go", args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOARM="+goarm)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s for %s: %v\n%s", pkg, arch, err, b)

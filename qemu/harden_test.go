@@ -39,19 +39,6 @@ func hardenArches() []string {
 	return []string{"x86_64"}
 }
 
-// crossCC is the C compiler for a guest architecture.
-func crossCC(arch string) string {
-	switch arch {
-	case "aarch64":
-		return "aarch64-linux-gnu-gcc"
-	case "arm":
-		return "arm-linux-gnueabihf-gcc"
-	case "riscv64":
-		return "riscv64-linux-gnu-gcc"
-	}
-	return "x86_64-linux-gnu-gcc"
-}
-
 // hardenLab is what every hardening guest needs.
 type hardenLab struct {
 	t                             testing.TB
@@ -74,13 +61,7 @@ func newHardenLab(t *testing.T, arch string) *hardenLab {
 	l.hardenlab = goBuild(t, "github.com/unwound-dev/unwound/qemu/cmd/hardenlab", arch, filepath.Join(work, "hardenlab"))
 	// The handler as the Makefile builds it (stripped): its size is part
 	// of its resident set.
-	goarch, goarm := GoArch(arch)
-	l.hndl = filepath.Join(work, "unwound-handler")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", l.hndl, "github.com/unwound-dev/unwound/cmd/unwound-handler")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOARM="+goarm)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build unwound-handler: %v\n%s", err, b)
-	}
+	l.hndl = goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", arch, filepath.Join(work, "unwound-handler"), "-ldflags", "-s -w")
 	return l
 }
 
@@ -90,10 +71,7 @@ func (l *hardenLab) cc(name, src string, flags ...string) string {
 	c := filepath.Join(l.work, name+".c")
 	os.WriteFile(c, []byte(src), 0o644)
 	out := filepath.Join(l.work, name)
-	args := append([]string{"-O2", "-g", "-pthread", "-o", out, c}, flags...)
-	if b, err := exec.Command(crossCC(l.arch), args...).CombinedOutput(); err != nil {
-		l.t.Fatalf("%s: %v\n%s", crossCC(l.arch), err, b)
-	}
+	crossCompile(l.t, l.arch, append([]string{"-O2", "-g", "-pthread", "-o", out, c}, flags...)...)
 	return out
 }
 
@@ -139,15 +117,7 @@ func (l *hardenLab) boot(r *Initramfs, mem string) *Result {
 }
 
 // hlLines returns the console's "HL-" lines, without the prefix.
-func hlLines(console string) []string {
-	var out []string
-	for _, l := range strings.Split(console, "\n") {
-		if i := strings.Index(l, "HL-"); i >= 0 {
-			out = append(out, strings.TrimSpace(l[i+3:]))
-		}
-	}
-	return out
-}
+func hlLines(console string) []string { return guest.Facts(console, "HL-") }
 
 // hlFields parses "KEY key=value …" lines starting with prefix.
 func hlFields(lines []string, prefix string) []map[string]string {

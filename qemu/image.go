@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -461,11 +462,15 @@ func AddMiniDebugInfo(unwound, arch, unstripped, stripped, out string) error {
 
 // HostUnwound builds the host's unwound command into dir.
 func HostUnwound(dir string) (string, error) {
-	out := filepath.Join(dir, "unwound")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/unwound-dev/unwound/cmd/unwound")
+	return hostBuild("github.com/unwound-dev/unwound/cmd/unwound", filepath.Join(dir, "unwound"))
+}
+
+// hostBuild builds a command of this tree for the host, at out.
+func hostBuild(pkg, out string) (string, error) {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = repoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build unwound: %v\n%s", err, b)
+		return "", fmt.Errorf("go build %s: %v\n%s", path.Base(pkg), err, b)
 	}
 	return out, nil
 }

@@ -67,13 +67,12 @@ var ErrNoSocketServer = errors.New("unwound-handler has no --serve-coredump-sock
 // the --serve-coredump-socket flag, from its --help on this host (built
 // into dir).
 func SocketServerSupported(dir string) (bool, error) {
-	bin := filepath.Join(dir, "unwound-handler-host")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound-handler").CombinedOutput()
+	bin, err := hostBuild("github.com/unwound-dev/unwound/cmd/unwound-handler", filepath.Join(dir, "unwound-handler-host"))
 	if err != nil {
-		return false, fmt.Errorf("go build unwound-handler: %v\n%s", err, out)
+		return false, err
 	}
 	// --help exits non-zero with the flag package's usage on stderr.
-	out, _ = exec.Command(bin, "--help").CombinedOutput()
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
 	return strings.Contains(string(out), "serve-coredump-socket"), nil
 }
 

@@ -18,10 +18,16 @@ import (
 
 	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
+
+// The core lab's tests: the crash matrix on the minimal and Debian
+// kernels against gdb (TestLab, TestLabDebian, TestLabKernel7), its size
+// (TestDefaultCases) and issue 17's MiniDebugInfo matrix on real kernels'
+// cores (TestLabMiniDebugInfo).
 
 // TestLab boots every architecture's minimal kernel with the real
 // unwound-handler installed through its own --core-pattern line, crashes
@@ -494,10 +500,7 @@ func sameReportOnArm64(t *testing.T, l *Lab, res *LabResult) {
 		t.Log("qemu-aarch64 not installed: the arm64 handler's offline unwind is not compared")
 		return
 	}
-	bin := filepath.Join(l.Dir, "unwound-handler-arm64")
-	if err := BuildGo("github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := goBuild(t, "github.com/unwound-dev/unwound/cmd/unwound-handler", "aarch64", filepath.Join(l.Dir, "unwound-handler-arm64"))
 	// One crash per variant: the signal-handler one where there is one.
 	pick := map[string]LabCrash{}
 	for _, c := range res.Crashes {
@@ -572,12 +575,106 @@ func pcsOf(r *report.Report) string {
 	return b.String()
 }
 
-// goBuild builds a Go command for a guest architecture, failing the test
-// on error.
-func goBuild(t testing.TB, pkg, arch, out string) string {
-	t.Helper()
-	if err := BuildGo(pkg, arch, out); err != nil {
-		t.Fatal(err)
+// TestDefaultCases pins the lab's matrix sizes: its run time in make test
+// depends on them (docs/qemu-lab.md). The crash matrix's slice adds 11
+// crashes per glibc variant and 10 per musl one (issue 25's 3 shapes
+// among them), and issue 25's shapes with pltstub 4 per ShapeVariants
+// variant.
+func TestDefaultCases(t *testing.T) {
+	if os.Getenv("UNWOUND_MATRIX") == "full" {
+		t.Skip("UNWOUND_MATRIX=full: the whole crash matrix")
 	}
-	return out
+	for arch, want := range map[string]int{"aarch64": 36 + 4 + 3*11 + 2*10, "x86_64": 36 + 4 + 4*11 + 2*10, "arm": 36 + 4*6 + 8*3 + 4*4 + 3*11 + 2*10, "riscv64": 36 + 4*3 + 2*4 + 2*11} {
+		n := 0
+		for _, c := range DefaultCases(arch) {
+			n += len(c.Scenarios)
+		}
+		if n != want {
+			t.Errorf("%s: %d crashes, want %d", arch, n, want)
+		}
+	}
+}
+
+// TestLabMiniDebugInfo is issue 17's crash matrix on real kernels: the
+// default-flag fixtures (fixture.MiniDebugInfoVariants) crash in a lab
+// guest, and each saved core is unwound offline three ways, with the
+// program plainly stripped, plus Yocto's MiniDebugInfo and plus ours, and
+// compared with gdb on the unstripped program (fixture.CheckMiniDebugInfo:
+// ours 100% of gdb's crashed-thread frames, Yocto's at least 97%, no wrong
+// frame from tables or symbols). make test runs riscv64 alone, whose cores
+// qemu-user cannot write (one boot; handler.TestMiniDebugInfoMatchesGDB
+// covers the others on qemu-user cores); UNWOUND_LAB_MDI=all runs every
+// architecture and arm-on-aarch64 (a 32-bit ARM userland on the AArch64
+// kernel), or give a comma-separated list, e.g. arm,x86_64.
+func TestLabMiniDebugInfo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU guests")
+	}
+	arches := Arches
+	switch s := os.Getenv("UNWOUND_LAB_MDI"); s {
+	case "":
+		arches = []string{"riscv64"}
+	case "all":
+	default:
+		arches = strings.Split(s, ",")
+	}
+	var scenarios []string
+	for _, s := range append(append([]string(nil), fixture.Scenarios...), "throw") {
+		if s != "recursion" {
+			scenarios = append(scenarios, s)
+		}
+	}
+	if os.Getenv("UNWOUND_LAB_MDI") == "all" {
+		arches = append(arches, "arm-on-aarch64")
+	}
+	for _, name := range arches {
+		// arm-on-aarch64: a 32-bit ARM userland on the AArch64 kernel.
+		kernelArch, arch, _ := strings.Cut(name, "-on-")
+		if arch == "" {
+			arch = kernelArch
+		} else {
+			kernelArch, arch = arch, kernelArch
+		}
+		t.Run(name, func(t *testing.T) {
+			l := &Lab{KernelArch: kernelArch, Arch: arch, Dir: t.TempDir(), Progress: t.Logf, Cases: Matrix(fixture.MiniDebugInfoVariants(arch), scenarios)}
+			res, err := l.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := append([]string{"plain"}, fixture.MiniDebugInfoKinds...)
+			tally := map[string]*fixture.Tally{}
+			for _, k := range kinds {
+				tally[k] = &fixture.Tally{}
+			}
+			for _, c := range res.Crashes {
+				if c.Core == "" {
+					t.Errorf("%s/%s %s: no saved core", c.Variant, c.Prog, c.Scenario)
+					continue
+				}
+				b := fixture.Binary{Arch: arch, Variant: c.Variant, Prog: c.Prog, Dir: res.Fixtures}
+				want := fixture.OracleSysroot(t, b, c.Core, res.HostRoot)
+				for _, kind := range kinds {
+					opts := handler.OfflineOptions{CoreFile: c.Core, Sysroot: res.HostRoot, Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+					if kind != "plain" {
+						// The guest ran /bin/VARIANT/PROG (the host
+						// mirror links it to the plain strip).
+						opts.Sources = []module.Source{module.SysrootSource(res.HostRoot, map[string]string{
+							"/bin/" + c.Variant + "/" + c.Prog: fixture.WithMiniDebugInfo(t, b, kind),
+						})}
+					}
+					got, err := handler.Offline(opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d := tally[kind].Add(got, want); d != "" && kind != "plain" {
+						t.Logf("%s/%s/%s: %s", c.Variant, c.Scenario, kind, d)
+					}
+				}
+			}
+			for _, kind := range kinds {
+				t.Logf("%-7s %-5s: %v", arch, kind, tally[kind])
+			}
+			fixture.CheckMiniDebugInfo(t, tally)
+		})
+	}
 }

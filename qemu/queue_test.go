@@ -48,9 +48,7 @@ func newQueueLab(t testing.TB, work string) *queueLab {
 	src := filepath.Join(work, "svc.c")
 	os.WriteFile(src, []byte("int main(void) { *(volatile int *)0 = 1; return 0; }\n"), 0o644)
 	l.crash = filepath.Join(work, "svc")
-	if out, err := exec.Command("aarch64-linux-gnu-gcc", "-static", "-O2", "-o", l.crash, src).CombinedOutput(); err != nil {
-		t.Fatalf("aarch64-linux-gnu-gcc: %v\n%s", err, out)
-	}
+	crossCompile(t, queueArch, "-static", "-O2", "-o", l.crash, src)
 	return l
 }
 
@@ -178,16 +176,9 @@ func (l *queueLab) machine(fs, img, work string, r *Initramfs) *Machine {
 
 // qlLines returns the console's "QL-" lines, without the prefix.
 func qlLines(console string) []string {
-	var out []string
 	// A power cut can come in the middle of a line: only whole lines
 	// count.
-	console = console[:strings.LastIndexByte(console, '\n')+1]
-	for _, l := range strings.Split(console, "\n") {
-		if i := strings.Index(l, "QL-"); i >= 0 {
-			out = append(out, strings.TrimSpace(l[i+3:]))
-		}
-	}
-	return out
+	return guest.Facts(console[:strings.LastIndexByte(console, '\n')+1], "QL-")
 }
 
 // powerCuts is the number of cuts per filesystem: a few in make test,

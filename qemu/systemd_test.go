@@ -39,10 +39,7 @@ func TestSystemdCorePattern(t *testing.T) {
 	t.Logf("guest: %s", strings.ReplaceAll(g.Versions, "\n", "; "))
 	work := t.TempDir()
 	crash := filepath.Join(work, "unwound-lab-crash")
-	if out, err := exec.Command("aarch64-linux-gnu-gcc", "-static", "-O0", "-o", crash,
-		filepath.Join(repoRoot(), "qemu/systemd/crash.c")).CombinedOutput(); err != nil {
-		t.Fatalf("aarch64-linux-gnu-gcc: %v\n%s", err, out)
-	}
+	crossCompile(t, "aarch64", "-static", "-O0", "-o", crash, filepath.Join(repoRoot(), "qemu/systemd/crash.c"))
 
 	inst := filepath.Join(work, "install")
 	if out, err := MakeInstall("aarch64", inst, "INIT=systemd", "CORE_PATTERN_SOCKET=@@"); err != nil {

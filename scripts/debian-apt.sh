@@ -10,6 +10,9 @@
 #   debian_apt DIR "DEBARCH..." <<EOF    sets up DIR; the sources list is
 #   deb [arch=...] ... main              read from stdin, the first
 #   EOF                                  architecture is the default one
+#   debian_suite DIR "DEBARCH..." SUITE  debian_apt with SUITE's main for
+#                                        those architectures as the one
+#                                        source, then dapt_update
 #   dapt apt-get|apt-cache ARGS...       runs the tool on that state
 #   dapt_update                          fetches the lists, at most daily
 #   dapt_once LOCK REFRESH CHECK...      exits when CHECK finds the cache,
@@ -44,6 +47,16 @@ debian_apt() {
 		rm -f "$dapt_dir/updated"
 	fi
 	mv "$dapt_dir/etc/sources.list.tmp" "$dapt_dir/etc/sources.list"
+}
+
+# debian_suite DIR "DEBARCH..." SUITE is the private state most fetch
+# scripts want: one suite's main component for their architectures,
+# lists fetched.
+debian_suite() {
+	debian_apt "$1" "$2" <<EOF
+deb [arch=$(echo "$2" | tr ' ' ,) signed-by=$debian_keyring] $debian_mirror $3 main
+EOF
+	dapt_update
 }
 
 dapt() {

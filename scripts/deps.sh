@@ -2,7 +2,7 @@
 # Installs the Debian packages the build, the tests and the demo need.
 # Idempotent: installs only what is missing. Needs root for apt-get.
 # The last two lines: Buildroot's utils/check-package (python3-magic,
-# flake8, shellcheck) and bitbake's host tools, for packaging/realtools_test.go.
+# flake8, shellcheck) and bitbake's host tools, for packaging/build_test.go.
 # libc6-dbg and llvm (llvm-symbolizer): host/symbolize's tests and benchmarks;
 # chromium drives the collector page's browser test (host/webtest).
 set -eu

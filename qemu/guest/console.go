@@ -3,6 +3,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -25,4 +26,17 @@ func (c *Console) Say(format string, args ...any) {
 func (c *Console) Fail(format string, args ...any) {
 	c.Say("FAIL "+format, args...)
 	os.Exit(1)
+}
+
+// Facts is the host's side of Say: the console's lines holding prefix, each
+// from just after the prefix (the kernel's own output can precede it on
+// the line), without surrounding space.
+func Facts(console, prefix string) []string {
+	var out []string
+	for _, l := range strings.Split(console, "\n") {
+		if i := strings.Index(l, prefix); i >= 0 {
+			out = append(out, strings.TrimSpace(l[i+len(prefix):]))
+		}
+	}
+	return out
 }

@@ -27,6 +27,19 @@ func TestShipDetectsDamage(t *testing.T) {
 	}
 }
 
+func TestFacts(t *testing.T) {
+	console := "[    1.2] random: crng init done\r\nHL-BUDGET mode=live rss=12\r\n" +
+		"[    1.3] unwound-handler: stored HL-WAIT n=1\nQL-STORED x\nHL-\n"
+	got := Facts(console, "HL-")
+	want := []string{"BUDGET mode=live rss=12", "WAIT n=1", ""}
+	if strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
+		t.Errorf("Facts = %q, want %q", got, want)
+	}
+	if got := Facts(console, "XL-"); got != nil {
+		t.Errorf("Facts of an absent prefix = %q", got)
+	}
+}
+
 func FuzzReadFiles(f *testing.F) {
 	var b bytes.Buffer
 	WriteFile(&b, "a", []byte("x"))

@@ -40,10 +40,7 @@ current() {
 dapt_once "$top/.lock-$series" "${UNWOUND_KERNEL_REFRESH:-}" current
 # linux-source-* is Architecture: all; any architecture's index lists it.
 apt=$top/apt-sid
-debian_apt "$apt" amd64 <<EOF
-deb [arch=amd64 signed-by=$debian_keyring] $debian_mirror sid main
-EOF
-dapt_update
+debian_suite "$apt" amd64 sid
 # The newest series package (7.2 before 7.10: sort by version).
 pkg=$(dapt apt-cache search --names-only "^linux-source-$series\.[0-9]+\$" | cut -d' ' -f1 | sort -V | tail -n 1)
 [ -n "$pkg" ] || { echo "source.sh: no linux-source-$series.x in Debian unstable" >&2; exit 1; }

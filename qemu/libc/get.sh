@@ -54,19 +54,10 @@ found() {
 	done
 	return 1
 }
-found && exit 0
-
-mkdir -p "$cache/debian-libc"
-exec 9>"$cache/debian-libc/.lock"
-flock 9
-found && exit 0
-
 # shellcheck source=scripts/debian-apt.sh
 . "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
-debian_apt "$cache/debian-libc/$aptdir" "$debarches" <<EOF
-deb [arch=$(echo "$debarches" | tr ' ' ,) signed-by=$debian_keyring] $debian_mirror $suite main
-EOF
-dapt_update
+dapt_once "$cache/debian-libc/.lock" "" found
+debian_suite "$cache/debian-libc/$aptdir" "$debarches" "$suite"
 
 work=$(mktemp -d "$cache/debian-libc/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -33,10 +33,7 @@ current() {
 . "$(cd "$(dirname "$0")" && pwd)/../../scripts/debian-apt.sh"
 dapt_once "$top/.lock" "${UNWOUND_SYSTEMD_REFRESH:-}" current
 apt=$top/apt-arm64
-debian_apt "$apt" arm64 <<EOT
-deb [arch=arm64 signed-by=$debian_keyring] $debian_mirror sid main
-EOT
-dapt_update
+debian_suite "$apt" arm64 sid
 
 version() { dapt apt-cache show --no-all-versions "$1" | sed -n 's/^Version: //p' | head -n 1; }
 # The meta package depends on the current ABI's image package.

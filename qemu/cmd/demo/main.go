@@ -22,6 +22,7 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/qemu"
+	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
 func main() {
@@ -29,7 +30,7 @@ func main() {
 	scenario := flag.String("scenario", "threads", "crash scenario of testdata/crash/crash.c")
 	arch := flag.String("arch", "arm64", "board architecture: arm64 (aarch64), arm (armhf), riscv64, x86_64 (amd64)")
 	cpu := flag.String("cpu", "", "QEMU CPU model (aarch64: max enables pointer authentication)")
-	coll := flag.String("collector", filepath.Join(cacheDir(), "demo", "collector"), "collector `directory` the report goes into, for unwound serve --dir")
+	coll := flag.String("collector", filepath.Join(fixture.CacheDir(), "demo", "collector"), "collector `directory` the report goes into, for unwound serve --dir")
 	flag.Parse()
 	a, ok := arches[*arch]
 	if !ok {
@@ -56,17 +57,6 @@ func main() {
 var arches = map[string]string{
 	"arm64": "aarch64", "aarch64": "aarch64", "arm": "arm", "armhf": "arm",
 	"riscv64": "riscv64", "x86_64": "x86_64", "amd64": "x86_64",
-}
-
-// cacheDir is ~/.cache/unwound, or $UNWOUND_CACHE.
-func cacheDir() string {
-	if d := os.Getenv("UNWOUND_CACHE"); d != "" {
-		return d
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "unwound")
-	}
-	return filepath.Join(os.TempDir(), "unwound-cache")
 }
 
 // run is the demo; it returns the board's result for the test. The

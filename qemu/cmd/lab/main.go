@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,20 +182,12 @@ func copyLibDir(from, to string, crashes []qemu.LabCrash) error {
 	return nil
 }
 
+// copyFile copies one library whole: they are a few MiB at most.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
 	os.MkdirAll(filepath.Dir(dst), 0o755)
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return os.WriteFile(dst, b, 0o755)
 }
