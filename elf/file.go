@@ -265,10 +265,7 @@ func (f *File) extended(h *header) error {
 	// index that do not fit the ELF header live in section header 0.
 	extSections := h.shoff != 0 && h.shnum == 0
 	if extSections || (h.shoff != 0 && h.phnum == PN_XNUM) {
-		if err := f.check(h.shoff, 1, h.wantSh, "section header 0"); err != nil {
-			return err
-		}
-		s0, err := f.readTable(h.shoff, 1, h.wantSh, h.wantSh)
+		s0, err := f.readTable("section header 0", h.shoff, 1, h.wantSh, h.wantSh)
 		if err != nil {
 			return err
 		}
@@ -307,10 +304,7 @@ func (f *File) extended(h *header) error {
 // readProgs reads the program header table.
 func (f *File) readProgs(h *header) error {
 	if h.phnum > 0 {
-		if err := f.check(h.phoff, h.phnum, h.phentsize, "program header table"); err != nil {
-			return err
-		}
-		t, err := f.readTable(h.phoff, h.phnum, h.phentsize, h.wantPh)
+		t, err := f.readTable("program header table", h.phoff, h.phnum, h.phentsize, h.wantPh)
 		if err != nil {
 			return err
 		}
@@ -333,10 +327,7 @@ func (f *File) readSections(h *header) error {
 	if h.shnum == 0 {
 		return nil
 	}
-	if err := f.check(h.shoff, h.shnum, h.shentsize, "section header table"); err != nil {
-		return err
-	}
-	t, err := f.readTable(h.shoff, h.shnum, h.shentsize, h.wantSh)
+	t, err := f.readTable("section header table", h.shoff, h.shnum, h.shentsize, h.wantSh)
 	if err != nil {
 		return err
 	}
@@ -383,19 +374,15 @@ func (f *File) readSections(h *header) error {
 	return nil
 }
 
-// check makes sure n entries of ent bytes at off lie inside the file.
-func (f *File) check(off uint64, n, ent int, what string) error {
+// readTable reads the table what, n entries of ent bytes at off, and
+// returns the first want bytes of each, packed. A table that runs past
+// the end of the file is refused before anything is allocated. Wide
+// entries are read a chunk of at most 64 KiB (or one entry) at a time.
+func (f *File) readTable(what string, off uint64, n, ent, want int) ([]byte, error) {
 	total := uint64(n) * uint64(ent) // n and ent are below 2^32 and 2^16
 	if off > uint64(f.size) || total > uint64(f.size)-off {
-		return errAt(off, "%s (%d × %d bytes) runs past the end of the file (%d bytes)", what, n, ent, f.size)
+		return nil, errAt(off, "%s (%d × %d bytes) runs past the end of the file (%d bytes)", what, n, ent, f.size)
 	}
-	return nil
-}
-
-// readTable reads n entries of ent bytes at off (already checked against
-// the file's size) and returns the first want bytes of each, packed. Wide
-// entries are read a chunk of at most 64 KiB (or one entry) at a time.
-func (f *File) readTable(off uint64, n, ent, want int) ([]byte, error) {
 	out := make([]byte, n*want)
 	if ent == want {
 		return out, f.readAt(out, off)

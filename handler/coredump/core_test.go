@@ -389,14 +389,20 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	// readWith reads the sample core's header under DefaultLimits as set
+	// changes them.
+	readWith := func(sc *synthCore, set func(*Limits)) (*Core, error) {
+		lim := DefaultLimits
+		set(&lim)
+		c, _, err := ReadHeader(bytes.NewReader(sc.bytes()), lim)
+		return c, err
+	}
 	t.Run("threads", func(t *testing.T) {
 		sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
 		for i := 0; i < 10; i++ {
 			sc.addThread(200+i, 0, nil)
 		}
-		lim := DefaultLimits
-		lim.MaxThreads = 4
-		c, _, err := ReadHeader(bytes.NewReader(sc.bytes()), lim)
+		c, err := readWith(sc, func(l *Limits) { l.MaxThreads = 4 })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,10 +411,7 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("files", func(t *testing.T) {
-		sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
-		lim := DefaultLimits
-		lim.MaxFiles = 2
-		c, _, err := ReadHeader(bytes.NewReader(sc.bytes()), lim)
+		c, err := readWith(sampleCore(elf.ELFCLASS64, elf.EM_X86_64), func(l *Limits) { l.MaxFiles = 2 })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,22 +419,19 @@ func TestLimits(t *testing.T) {
 			t.Errorf("files %+v", c.Files)
 		}
 	})
-	t.Run("segments", func(t *testing.T) {
-		sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
-		lim := DefaultLimits
-		lim.MaxSegments = 4
-		if _, _, err := ReadHeader(bytes.NewReader(sc.bytes()), lim); err == nil {
-			t.Error("5 program headers over a limit of 4: no error")
-		}
-	})
-	t.Run("notebytes", func(t *testing.T) {
-		sc := sampleCore(elf.ELFCLASS64, elf.EM_X86_64)
-		lim := DefaultLimits
-		lim.MaxNoteBytes = 100
-		if _, _, err := ReadHeader(bytes.NewReader(sc.bytes()), lim); err == nil {
-			t.Error("notes over MaxNoteBytes: no error")
-		}
-	})
+	for _, tc := range []struct {
+		name, what string
+		set        func(*Limits)
+	}{
+		{"segments", "5 program headers over a limit of 4", func(l *Limits) { l.MaxSegments = 4 }},
+		{"notebytes", "notes over MaxNoteBytes", func(l *Limits) { l.MaxNoteBytes = 100 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := readWith(sampleCore(elf.ELFCLASS64, elf.EM_X86_64), tc.set); err == nil {
+				t.Error(tc.what + ": no error")
+			}
+		})
+	}
 }
 
 // patch returns a copy of b with a little-endian word written at off.

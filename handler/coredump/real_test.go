@@ -2,7 +2,6 @@ package coredump
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,20 +103,16 @@ func openReal(t *testing.T, path string) (*Core, *FileMemory, []byte) {
 	return c, fm, b
 }
 
-// checkPipe reads the core through a pipe and compares with OpenFile.
-func checkPipe(t *testing.T, path string, fc *Core, fm *FileMemory) {
+// checkPipe reads the core's bytes through a pipe and compares with
+// OpenFile.
+func checkPipe(t *testing.T, core []byte, fc *Core, fm *FileMemory) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	go func() {
-		io.Copy(pw, f)
+		pw.Write(core)
 		pw.Close()
 	}()
 	defer pr.Close()
@@ -209,7 +204,7 @@ func TestRealCoreX86_64(t *testing.T) {
 		t.Skip("host is not x86_64")
 	}
 	rc := makeRealCore(t, []string{"gcc"}, nil, "core*")
-	c, fm, _ := openReal(t, rc.path)
+	c, fm, core := openReal(t, rc.path)
 	if c.Machine != elf.EM_X86_64 || c.Class != elf.ELFCLASS64 {
 		t.Fatalf("%v %v", c.Machine, c.Class)
 	}
@@ -228,17 +223,17 @@ func TestRealCoreX86_64(t *testing.T) {
 	if !exe || !libc {
 		t.Errorf("NT_FILE lacks the executable or libc: %+v", c.Files)
 	}
-	checkPipe(t, rc.path, c, fm)
+	checkPipe(t, core, c, fm)
 }
 
 func TestRealCoreAArch64QEMU(t *testing.T) {
 	rc := makeRealCore(t, []string{"aarch64-linux-gnu-gcc", "-static"}, []string{"qemu-aarch64", "-cpu", "cortex-a72"}, "qemu_*.core")
-	c, fm, _ := openReal(t, rc.path)
+	c, fm, core := openReal(t, rc.path)
 	if c.Machine != elf.EM_AARCH64 || c.Class != elf.ELFCLASS64 {
 		t.Fatalf("%v %v", c.Machine, c.Class)
 	}
 	checkThreads(t, c, rc, 32, false)
-	checkPipe(t, rc.path, c, fm)
+	checkPipe(t, core, c, fm)
 	t.Logf("qemu core: %d segments, %d files, siginfo %v", len(c.Segments), len(c.Files), c.SigInfo)
 }
 

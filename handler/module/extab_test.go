@@ -13,14 +13,7 @@ import (
 // it. Without it every function whose unwind instructions do not fit in
 // its index entry fell back to prologue analysis (medium trust).
 func TestExtabWithoutSections(t *testing.T) {
-	cc, err := exec.LookPath("arm-linux-gnueabihf-gcc")
-	if err != nil {
-		t.Skip("arm-linux-gnueabihf-gcc not installed")
-	}
-	objcopy, err := exec.LookPath("llvm-objcopy")
-	if err != nil {
-		t.Skip("llvm-objcopy not installed")
-	}
+	cc, objcopy := tool(t, "arm-linux-gnueabihf-gcc"), tool(t, "llvm-objcopy")
 	dir := t.TempDir()
 	src := filepath.Join(dir, "f.c")
 	// Functions that save many registers and VFP ones: more unwind

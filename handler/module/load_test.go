@@ -21,14 +21,23 @@ func build(t *testing.T, cc string, args ...string) string {
 	return buildC(t, "hello", helloC, cc, args...)
 }
 
+// tool is the path of the program name; it skips the test when name is
+// not installed.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not installed", name)
+	}
+	return p
+}
+
 // buildC compiles the C source src with cc and args into a temporary
 // directory as name; it skips when the toolchain lacks cc or what args
 // ask for (a linker).
 func buildC(t *testing.T, name, src, cc string, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("%s not installed", cc)
-	}
+	tool(t, cc)
 	dir := t.TempDir()
 	file := filepath.Join(dir, name+".c")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
@@ -44,10 +53,7 @@ func buildC(t *testing.T, name, src, cc string, args ...string) string {
 // readelfBuildID is the build ID readelf -n reports, "" for none.
 func readelfBuildID(t *testing.T, path string) string {
 	t.Helper()
-	if _, err := exec.LookPath("readelf"); err != nil {
-		t.Skip("readelf not installed")
-	}
-	out, err := exec.Command("readelf", "-n", path).Output()
+	out, err := exec.Command(tool(t, "readelf"), "-n", path).Output()
 	if err != nil {
 		t.Fatalf("readelf -n %s: %v", path, err)
 	}

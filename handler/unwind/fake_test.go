@@ -125,25 +125,26 @@ func loadFile(tb testing.TB, path string) *module.File {
 	return f
 }
 
-// Call encoders, the inverse of arch's decoders.
-
-func blA64(at, target uint64) uint32 {
-	return 0x94000000 | uint32((int64(target)-int64(at))/4)&0x03FFFFFF
-}
-
-func blA32(at, target uint64) uint32 {
-	return 0xEB000000 | uint32((int64(target)-int64(at)-8)/4)&0x00FFFFFF
-}
-
-func jalRV(at, target uint64) uint32 {
-	off := uint32(int64(target) - int64(at))
-	return off>>20&1<<31 | off>>1&0x3FF<<21 | off>>11&1<<20 | off>>12&0xFF<<12 | 1<<7 | 0x6F
-}
-
-func callX86(at, target uint64) []byte {
-	b := []byte{0xE8, 0, 0, 0, 0}
-	binary.LittleEndian.PutUint32(b[1:], uint32(int64(target)-int64(at)-5))
-	return b
+// call writes a direct call from at to target in the fake's instruction
+// set, the inverse of arch's call decoders: BL on AArch64 and on ARM (A32;
+// Thumb's is blThumb), JAL ra on RISC-V, CALL rel32 on x86.
+func (f *fakeProc) call(at, target uint64) {
+	d := int64(target) - int64(at)
+	switch f.a {
+	case arch.AArch64:
+		f.insn32(at, 0x94000000|uint32(d/4)&0x03FFFFFF)
+	case arch.ARM:
+		f.insn32(at, 0xEB000000|uint32((d-8)/4)&0x00FFFFFF)
+	case arch.RISCV64:
+		off := uint32(d)
+		f.insn32(at, off>>20&1<<31|off>>1&0x3FF<<21|off>>11&1<<20|off>>12&0xFF<<12|1<<7|0x6F)
+	case arch.X86_64:
+		b := []byte{0xE8, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(b[1:], uint32(d-5))
+		f.code(at, b...)
+	default:
+		f.t.Fatalf("no call encoder for %s", f.a.Name)
+	}
 }
 
 // blThumb encodes a Thumb-2 BL from at to target.

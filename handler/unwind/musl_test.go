@@ -74,7 +74,7 @@ func TestScanRefusesStaleRestorer(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const caller, raise, tramp = 0x10000, 0x10100, 0x12000
 	f.code(tramp, restoreRtX86...)
-	f.code(caller+0x20, callX86(caller+0x20, raise)...)
+	f.call(caller+0x20, raise)
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, tramp)        // stale; zeros above: no interrupted context
 	f.word(sp+0x200, caller+0x25) // raise's return address
@@ -154,7 +154,7 @@ func (f *fakeProc) withFile() {
 func TestScanPrefersConfirmedOverStaleIndirect(t *testing.T) {
 	f := newFake(t, arch.RISCV64)
 	const g, fn, h = 0x10200, 0x10400, 0x10600
-	f.insn32(g+0x10, jalRV(g+0x10, fn))
+	f.call(g+0x10, fn)
 	f.insn32(fn, 0xfe010113)   // addi sp, sp, -32
 	f.insn32(fn+4, 0x00113c23) // sd ra, 24(sp)
 	for pc := uint64(fn + 8); pc < fn+0x20; pc += 4 {
@@ -183,7 +183,7 @@ func TestReturnAddressPastEndOfCode(t *testing.T) {
 		{Start: codeBase + 0x1000, End: codeBase + codeSize, Offset: 0x1000, Path: m.Path, Perms: "r--p"},
 	}
 	const callee, call = 0x10200, codeBase + 0xffc
-	f.insn32(call, blA64(call, callee))
+	f.call(call, callee)
 	r := f.unwind(callee+0x10, regsOf(map[int]uint64{31: stackBase + 0x1000, 30: call + 4}), Options{NoScan: true})
 	check(t, r,
 		want{callee + 0x10, MethodContext, TrustHigh},
@@ -197,7 +197,7 @@ func TestReturnAddressPastEndOfCode(t *testing.T) {
 func TestCallReachesThroughTailJump(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const caller, inner, wrapper = 0x10100, 0x10400, 0x10800
-	f.insn32(caller+0x10, blA64(caller+0x10, wrapper))
+	f.call(caller+0x10, wrapper)
 	f.insn32(wrapper, 0xd2800002) // mov x2, #0
 	f.insn32(wrapper+4, bA64(wrapper+4, inner))
 	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
@@ -219,7 +219,7 @@ func TestCallReachesThroughTailJump(t *testing.T) {
 func TestCallTargetsAreFunctionStarts(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const caller, a, b, other = 0x10100, 0x10400, 0x10600, 0x10900
-	f.insn32(caller+0x10, blA64(caller+0x10, a))
+	f.call(caller+0x10, a)
 	rs := regsOf(map[int]uint64{31: stackBase + 0x1000, 30: caller + 0x14})
 	f.withFile()
 	r := f.unwind(b+0x10, rs, Options{NoScan: true})
@@ -229,8 +229,8 @@ func TestCallTargetsAreFunctionStarts(t *testing.T) {
 
 	// Some code calls b: b is a function, and a's callers cannot reach it.
 	f = newFake(t, arch.AArch64)
-	f.insn32(caller+0x10, blA64(caller+0x10, a))
-	f.insn32(other+0x10, blA64(other+0x10, b))
+	f.call(caller+0x10, a)
+	f.call(other+0x10, b)
 	f.withFile()
 	r = f.unwind(b+0x10, rs, Options{NoScan: true})
 	check(t, r, want{b + 0x10, MethodContext, TrustHigh})
@@ -290,8 +290,8 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 	setup := func(agree bool) *fakeProc {
 		f := newFake(t, arch.AArch64)
 		f.code(tramp, restoreRtA64...)
-		f.insn32(caller+0x10, blA64(caller+0x10, fn))
-		f.insn32(decoy+0x10, blA64(decoy+0x10, handler))
+		f.call(caller+0x10, fn)
+		f.call(decoy+0x10, handler)
 		sp := uint64(stackBase + 0x1000)
 		sigSP := sp + 0x20
 		rec := sigSP + 128 + 176 + 288 + 4096
@@ -332,9 +332,9 @@ func TestAArch64ScannedTrampolinePlacedByRecord(t *testing.T) {
 func TestScanRefusesOwnIndirectCall(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const caller, fn, other = 0x10100, 0x10400, 0x10800
-	f.insn32(caller+0x10, blA64(caller+0x10, fn))
-	f.insn32(other+0x10, blA64(other+0x10, fn)) // fn is called: a start
-	f.insn32(fn+0x20, 0xD63F0060)               // blr x3
+	f.call(caller+0x10, fn)
+	f.call(other+0x10, fn)        // fn is called: a start
+	f.insn32(fn+0x20, 0xD63F0060) // blr x3
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x10, fn+0x24)     // stale: fn's own indirect call
@@ -387,11 +387,11 @@ func TestX86ScanPrefersFrameSizeOverStaleIndirect(t *testing.T) {
 func TestX86ScanFrameSizeOverridesFalseTarget(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const main, threads, other, false_ = 0x10200, 0x10400, 0x10600, 0x10800
-	f.code(main+0x10, callX86(main+0x10, threads)...)
+	f.call(main+0x10, threads)
 	f.code(threads, 0x48, 0x83, 0xec, 0x28) // sub $0x28,%rsp
 	f.code(threads+0x40, 0x0f, 0x0b)        // ud2: the crash
 	// A call whose target falls between threads and the PC.
-	f.code(false_, callX86(false_, threads+0x20)...)
+	f.call(false_, threads+0x20)
 	f.code(other+0x10, 0xff, 0xd3) // call *%rbx: the next return address up
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)

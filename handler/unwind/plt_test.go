@@ -15,9 +15,7 @@ import (
 // toolchain is missing.
 func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	t.Helper()
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skip("needs " + cc)
-	}
+	needTool(t, cc)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "p.c")
 	prog := "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n"
@@ -33,9 +31,7 @@ func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	exe := filepath.Join(dir, "p")
 	args := append([]string{"-O2", "-o", exe, src}, flags...)
 	if ld != "bfd" {
-		if _, err := exec.LookPath("ld." + ld); err != nil {
-			t.Skip("needs ld." + ld)
-		}
+		needTool(t, "ld."+ld)
 		// A cross gcc looks for ld.<name> in its own program path.
 		bin := filepath.Join(dir, "bin")
 		os.Mkdir(bin, 0o755)

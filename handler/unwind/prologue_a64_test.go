@@ -4,7 +4,6 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -22,23 +21,14 @@ import (
 // get wrong.
 func TestAArch64PrologueAgreesWithCFI(t *testing.T) {
 	const cc = "aarch64-linux-gnu-gcc"
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skip("needs " + cc)
-	}
+	needTool(t, cc)
 	src := filepath.Join("..", "..", "testdata", "crash", "crash.c")
 	for _, flags := range [][]string{{"-O0"}, {"-O2"}, {"-O2", "-fomit-frame-pointer"}} {
 		t.Run(flags[len(flags)-1], func(t *testing.T) {
 			exe := filepath.Join(t.TempDir(), "crash")
 			args := append(append([]string{}, flags...), "-g", "-static", "-pthread", "-fasynchronous-unwind-tables", "-o", exe, src)
-			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-				t.Fatalf("%v\n%s", err, out)
-			}
-			ef, err := elf.Open(exe)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ef.Close()
-			syms, _ := ef.Symbols()
+			run(t, cc, args...)
+			syms := symbols(t, exe)
 			f := loadFile(t, exe)
 			if f.EHFrame == nil {
 				t.Fatal("load: no eh_frame")

@@ -191,13 +191,7 @@ func capture(t *testing.T, archName, variant, scenario, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := os.Open(core)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cf.Close()
-	st, _ := cf.Stat()
-	c, fm, err := coredump.OpenFile(cf, st.Size(), coredump.DefaultLimits)
+	c, fm, err := readCore(core)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,19 +251,22 @@ func labCore(t *testing.T, lab, variant, scenario string) string {
 		if strings.HasSuffix(p, ".json") {
 			continue
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _ := f.Stat()
-		c, _, err := coredump.OpenFile(f, st.Size(), coredump.DefaultLimits)
-		f.Close()
-		if err == nil && c.PRPSInfo != nil && strings.TrimSpace(c.PRPSInfo.Args) == want {
+		if c, _, err := readCore(p); err == nil && c.PRPSInfo != nil && strings.TrimSpace(c.PRPSInfo.Args) == want {
 			return p
 		}
 	}
 	t.Fatalf("no core of %q under %s", want, lab)
 	return ""
+}
+
+// readCore reads the core file at path whole (the snapshots' cores are
+// small) and opens it.
+func readCore(path string) (*coredump.Core, *coredump.FileMemory, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return coredump.OpenFile(bytes.NewReader(b), int64(len(b)), coredump.DefaultLimits)
 }
 
 func write(t *testing.T, path string, s *snapshot) {

@@ -30,9 +30,9 @@ func TestStrategiesKnown(t *testing.T) {
 func TestAArch64LeafThenFrameRecords(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const start, mainFn, f1, f2 = 0x10000, 0x10100, 0x10200, 0x10300
-	f.insn32(start+0x40, blA64(start+0x40, mainFn))
-	f.insn32(mainFn+0x40, blA64(mainFn+0x40, f1))
-	f.insn32(f1+0x40, blA64(f1+0x40, f2))
+	f.call(start+0x40, mainFn)
+	f.call(mainFn+0x40, f1)
+	f.call(f1+0x40, f2)
 	sp := uint64(stackBase + 0x1000)
 	fp1, fp2 := sp+0x20, sp+0x80
 	f.record(fp1, fp2, mainFn+0x44)
@@ -55,9 +55,9 @@ func TestAArch64LeafThenFrameRecords(t *testing.T) {
 func TestAArch64StaleFramePointerNotFollowed(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const start, f1, f2, mainFn = 0x10000, 0x10200, 0x10300, 0x10400
-	f.insn32(start+0x40, blA64(start+0x40, mainFn))
-	f.insn32(mainFn+0x40, blA64(mainFn+0x40, f1))
-	f.insn32(f1+0x40, blA64(f1+0x40, f2))
+	f.call(start+0x40, mainFn)
+	f.call(mainFn+0x40, f1)
+	f.call(f1+0x40, f2)
 	sp := uint64(stackBase + 0x1000)
 	outer := sp + 0x100
 	f.record(sp, outer, mainFn+0x44) // f1's saved x29, x30
@@ -88,7 +88,7 @@ func TestAArch64StaleFramePointerNotFollowed(t *testing.T) {
 func TestX86NullCallThenScan(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const caller, callee = 0x10000, 0x10100
-	f.code(caller+0x4b, callX86(caller+0x4b, callee)...)
+	f.call(caller+0x4b, callee)
 	f.code(callee+0x3, 0xFF, 0xD0) // call *%rax
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp, callee+0x5)
@@ -109,8 +109,8 @@ func TestX86NullCallThenScan(t *testing.T) {
 func TestX86FramePointer(t *testing.T) {
 	f := newFake(t, arch.X86_64)
 	const a, b, c = 0x10000, 0x10100, 0x10200
-	f.code(a+0x10, callX86(a+0x10, b)...)
-	f.code(b+0x10, callX86(b+0x10, c)...)
+	f.call(a+0x10, b)
+	f.call(b+0x10, c)
 	sp := uint64(stackBase + 0x1000)
 	rbp1, rbp2 := sp+0x10, sp+0x40
 	f.record(rbp1, rbp2, b+0x15)
@@ -127,8 +127,8 @@ func TestX86FramePointer(t *testing.T) {
 func TestARMFrameRecords(t *testing.T) {
 	f := newFake(t, arch.ARM)
 	const a, b, c = 0x10000, 0x10100, 0x10200
-	f.insn32(a+0x10, blA32(a+0x10, b))
-	f.insn32(b+0x10, blA32(b+0x10, c))
+	f.call(a+0x10, b)
+	f.call(b+0x10, c)
 	sp := uint64(stackBase + 0x1000)
 	fp1, fp2 := sp+0x14, sp+0x4c
 	f.word(fp1, b+0x14) // gcc: lr at [fp]
@@ -170,8 +170,8 @@ func TestThumbNoFramePointerScan(t *testing.T) {
 func TestRISCVFramePointer(t *testing.T) {
 	f := newFake(t, arch.RISCV64)
 	const a, b, c = 0x10000, 0x10100, 0x10200
-	f.insn32(a+0x10, jalRV(a+0x10, b))
-	f.insn32(b+0x10, jalRV(b+0x10, c))
+	f.call(a+0x10, b)
+	f.call(b+0x10, c)
 	sp := uint64(stackBase + 0x1000)
 	fp1 := sp + 0x30 // b's frame: its CFA
 	fp2 := fp1 + 0x40
@@ -195,7 +195,7 @@ func TestRISCVFramePointer(t *testing.T) {
 func TestLRReusedRefused(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const g, fn = 0x10100, 0x10200
-	f.insn32(fn+0x20, blA64(fn+0x20, g))
+	f.call(fn+0x20, g)
 	sp := uint64(stackBase + 0x1000)
 	r := f.unwind(fn+0x40, regsOf(map[int]uint64{31: sp, 30: fn + 0x24}), Options{NoScan: true})
 	check(t, r, want{fn + 0x40, MethodContext, TrustHigh})
@@ -209,7 +209,7 @@ func TestLRReusedRefused(t *testing.T) {
 func TestIndirectCallIsLowTrust(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const a, b, c = 0x10000, 0x10100, 0x10200
-	f.insn32(a+0x10, blA64(a+0x10, b))
+	f.call(a+0x10, b)
 	f.insn32(b+0x10, 0xD63F0100) // blr x8
 	sp := uint64(stackBase + 0x1000)
 	fp1 := sp + 0x20
@@ -292,7 +292,7 @@ func TestScanStopsAtUnloadedModule(t *testing.T) {
 		}
 		f.mods = append(f.mods, lib)
 		const a, c = 0x10000, 0x10200
-		f.insn32(a+0x10, blA64(a+0x10, c))
+		f.call(a+0x10, c)
 		sp := uint64(stackBase + 0x1000)
 		f.word(sp+8, 0x400123)
 		f.word(sp+0x10, a+0x14)
@@ -316,11 +316,11 @@ func TestScanStopsAtUnloadedModule(t *testing.T) {
 func TestAArch64LostReturnAddressStops(t *testing.T) {
 	f := newFake(t, arch.AArch64)
 	const ab1, ab2, abort, outer = 0x10100, 0x10200, 0x10400, 0x10600
-	f.insn32(ab1+4, blA64(ab1+4, ab2))
-	f.insn32(ab2, 0xb9009900)            // str w0, [x8, #152]
-	f.insn32(ab2+4, blA64(ab2+4, abort)) // bl abort
-	f.insn32(abort, 0xd503201f)          // nop: a leaf so far
-	f.insn32(outer+0x10, 0xd63f0100)     // blr x8: main's caller
+	f.call(ab1+4, ab2)
+	f.insn32(ab2, 0xb9009900)        // str w0, [x8, #152]
+	f.call(ab2+4, abort)             // bl abort
+	f.insn32(abort, 0xd503201f)      // nop: a leaf so far
+	f.insn32(outer+0x10, 0xd63f0100) // blr x8: main's caller
 	f.withFile()
 	sp := uint64(stackBase + 0x1000)
 	f.word(sp+0x18, outer+0x14) // what a scan would take

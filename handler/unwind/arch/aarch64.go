@@ -2,9 +2,9 @@ package arch
 
 import (
 	"encoding/binary"
-	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 
 	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )
 
 // AArch64 DWARF numbers (AADWARF64 §4.1): x0–x30 are 0–30, sp is 31.
