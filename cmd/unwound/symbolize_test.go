@@ -1,11 +1,17 @@
 package main
 
+// Naming a report's frames from debug files: `unwound symbolize` (from a
+// build-id tree, a debuginfod server or a collector's store) and `unwound
+// symbols add|serve`, which fills that store and serves it.
+
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +19,174 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/handler"
+	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
+
+// TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's
+// report with the program's debug file in a build-id tree.
+func TestSymbolizeCommand(t *testing.T) {
+	arch, b := nativeCrash(t)
+	tmp := t.TempDir()
+	r, rep := nullwriteReport(t, arch, b, tmp)
+
+	var m report.Module
+	for _, mm := range r.Modules {
+		if mm.Path == b.Stripped() {
+			m = mm
+		}
+	}
+	id := m.BuildID
+	dbg := filepath.Join(tmp, "debug")
+	os.MkdirAll(filepath.Join(dbg, ".build-id", id[:2]), 0o755)
+	if out, err := exec.Command("objcopy", "--only-keep-debug", b.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug")).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+
+	var text bytes.Buffer
+	if err := symbolizeCmd([]string{"--debug-dir", dbg, "--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	// A qemu-user core (where the host's core_pattern writes no files)
+	// carries no si_code.
+	for _, want := range []string{
+		strings.TrimSpace(fmt.Sprintf("pid %d (crash) SIGSEGV %s", r.PID, r.Signal.CodeName)),
+		"(crashed):\n#0  0x",
+		fmt.Sprintf(" in null_write at crash.c:%d [context, high]\n#1  0x", crashLine(t, "null_write")),
+		fmt.Sprintf(" in nw3 at crash.c:%d [cfi, high]\n", crashLine(t, "nw3")),
+		" in main at crash.c:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out)
+		}
+	}
+
+	var js bytes.Buffer
+	if err := symbolizeCmd([]string{"--format", "json", "--debug-dir", dbg, "--sysroot", fixture.Sysroot(arch), rep}, &js); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		ID      string `json:"id"`
+		Threads []struct {
+			Crashed bool `json:"crashed"`
+			Frames  []struct {
+				PC        string `json:"pc"`
+				Addr      string `json:"addr"`
+				Locations []struct {
+					Function, File string
+					Line           int
+				} `json:"locations"`
+			} `json:"frames"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, js.String())
+	}
+	if got.ID != r.ID || len(got.Threads) == 0 || len(got.Threads[0].Frames) == 0 {
+		t.Fatalf("JSON: %s", js.String())
+	}
+	f0 := got.Threads[0].Frames[0]
+	if len(f0.Locations) == 0 || f0.Locations[0].Function != "null_write" || f0.Locations[0].Line != crashLine(t, "null_write") || !strings.HasSuffix(f0.Locations[0].File, "crash.c") {
+		t.Errorf("frame 0: %+v", f0)
+	}
+
+	// DEBUGINFOD_URLS: the same debug file from a debuginfod server (a
+	// real one on loopback) instead of --debug-dir, cached where
+	// DEBUGINFOD_CACHE_PATH says.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/buildid/"+strings.ToLower(id)+"/debuginfo" {
+			http.NotFound(w, req)
+			return
+		}
+		http.ServeFile(w, req, filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug"))
+	}))
+	defer srv.Close()
+	cache := filepath.Join(tmp, "debuginfod")
+	t.Setenv("DEBUGINFOD_URLS", srv.URL)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", cache)
+	text.Reset()
+	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), fmt.Sprintf(" in null_write at crash.c:%d [context, high]\n", crashLine(t, "null_write"))) {
+		t.Errorf("with DEBUGINFOD_URLS:\n%s", text.String())
+	}
+	if _, err := os.Stat(filepath.Join(cache, strings.ToLower(id), "debuginfo")); err != nil {
+		t.Errorf("not cached: %v", err)
+	}
+
+	// Bad arguments are errors, not crashes.
+	if err := symbolizeCmd([]string{"--format", "yaml", rep}, io.Discard); err == nil {
+		t.Error("unknown format accepted")
+	}
+	if err := symbolizeCmd(nil, io.Discard); err == nil {
+		t.Error("no files accepted")
+	}
+}
+
+// crashLine is the line of testdata/crash/crash.c that defines fn (its
+// body is on that line): what the symbolizer names for a PC in fn, so that
+// edits to the crash programs do not break the expected output.
+func crashLine(t *testing.T, fn string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "crash", "crash.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, " "+fn+"(int v) {") {
+			return i + 1
+		}
+	}
+	t.Fatalf("crash.c defines no %s", fn)
+	return 0
+}
+
+// nativeCrash is the fixture crash program built for this machine's
+// architecture, for the tests that symbolize its crash with objcopy's
+// help; they skip in -short or without objcopy.
+func nativeCrash(t *testing.T) (arch string, b fixture.Binary) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fixtures: not in -short")
+	}
+	if _, err := exec.LookPath("objcopy"); err != nil {
+		t.Skip("objcopy not installed")
+	}
+	arch = "x86_64"
+	if fixture.Native("aarch64") {
+		arch = "aarch64"
+	}
+	return arch, fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fixture.Build(t, arch)}
+}
+
+// nullwriteReport unwinds b's nullwrite core offline and stores the
+// report in dir as a queue entry would be; it returns the report and the
+// file's path.
+func nullwriteReport(t *testing.T, arch string, b fixture.Binary, dir string) (*report.Report, string) {
+	t.Helper()
+	core, kernel := fixture.Core(t, b, "nullwrite")
+	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+	if !kernel {
+		opts.Exe = b.Stripped()
+	}
+	r, err := handler.Offline(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := report.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := filepath.Join(dir, "0000000001-798a81a1.json.zst")
+	if err := os.WriteFile(rep, z, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r, rep
+}
 
 // TestSymbolsAddAndSymbolize runs `unwound symbols add --dir` on a
 // debuglink pair of a fixture program (stripped file, .debug file) and a
