@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
@@ -49,11 +47,7 @@ func crashReport(t *testing.T, variant, prog, scenario string) (*report.Report, 
 	}
 	b := fixture.Binary{Arch: "x86_64", Variant: variant, Prog: prog, Dir: fixture.Build(t, "x86_64")}
 	core, _ := fixture.Core(t, b, scenario)
-	r, err := handler.Offline(handler.OfflineOptions{CoreFile: core, Sysroot: "/", Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, b
+	return offlineReport(t, core, "/", ""), b
 }
 
 // withRelease is a report as a board of release version would send it,
@@ -209,10 +203,14 @@ func TestCrashesCommand(t *testing.T) {
 	}
 }
 
+// get is the body of a GET of url with a bearer token (none if ""); the
+// test fails unless the answer is 200.
 func get(t *testing.T, url, token string) []byte {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -16,12 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/sentry"
 	"github.com/unwound-dev/unwound/host/sentry/sentrytest"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 )
@@ -88,11 +85,7 @@ func (s *sentryStub) event(id string) json.RawMessage {
 func sentryReports(t *testing.T) (paths []string, reps []*report.Report) {
 	for _, n := range []string{"nullwrite", "sighandler"} {
 		p := filepath.Join("..", "..", "host", "sentry", "testdata", n+".json.zst")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := decode.Report(b)
+		r, err := readReport(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,16 +202,9 @@ func TestSentrySendSymbolized(t *testing.T) {
 	if len(cores) == 0 {
 		t.Skip("no core written")
 	}
-	r, err := handler.Offline(handler.OfflineOptions{CoreFile: cores[0], Sysroot: "/", Exe: prog, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	z, err := report.Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offlineReport(t, cores[0], "/", prog)
 	rep := filepath.Join(tmp, r.ID+".json.zst")
-	os.WriteFile(rep, z, 0o644)
+	writeReport(t, r, rep)
 
 	stub := newSentryStub(t)
 	out, err := exec.Command(bin, "sentry", "send", "--dsn", stub.dsn(), "--debug-dir", filepath.Join(tmp, "debug"), rep).CombinedOutput()

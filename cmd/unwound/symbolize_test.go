@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,12 +16,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
 // TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's
@@ -169,22 +166,13 @@ func nativeCrash(t *testing.T) (arch string, b fixture.Binary) {
 func nullwriteReport(t *testing.T, arch string, b fixture.Binary, dir string) (*report.Report, string) {
 	t.Helper()
 	core, kernel := fixture.Core(t, b, "nullwrite")
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
+	exe := ""
 	if !kernel {
-		opts.Exe = b.Stripped()
+		exe = b.Stripped()
 	}
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	z, err := report.Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offlineReport(t, core, fixture.Sysroot(arch), exe)
 	rep := filepath.Join(dir, "0000000001-798a81a1.json.zst")
-	if err := os.WriteFile(rep, z, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeReport(t, r, rep)
 	return r, rep
 }
 
@@ -247,16 +235,8 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	}
 
 	// symbols serve, as a process.
-	tool := filepath.Join(tmp, "unwound")
-	if out, err := exec.Command("go", "build", "-o", tool, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	addr := freeAddr(t)
-	srv := exec.Command(tool, "symbols", "serve", "--dir", collector, "--listen", addr)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
+	tool := testbin.Build(t, "unwound", "")
+	srv := testbin.Serve(t, tool, "symbols", "serve", "--dir", collector, "--listen", "127.0.0.1:0")
 	var id string
 	for _, m := range r.Modules {
 		if m.Path == b.Stripped() {
@@ -264,57 +244,21 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 		}
 	}
 	want, _ := os.ReadFile(dbg)
-	var resp *http.Response
-	var err error
-	for i := 0; i < 100; i++ {
-		if resp, err = http.Get(fmt.Sprintf("http://%s/buildid/%s/debuginfo", addr, id)); err == nil {
-			break
-		}
-		sleep()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Equal(got, want) {
-		t.Errorf("symbols serve: GET debuginfo: %d, %d bytes, want the %d bytes of %s", resp.StatusCode, len(got), len(want), dbg)
+	if got := get(t, srv.URL+"/buildid/"+id+"/debuginfo", ""); !bytes.Equal(got, want) {
+		t.Errorf("symbols serve: GET debuginfo: %d bytes, want the %d bytes of %s", len(got), len(want), dbg)
 	}
 
 	// unwound serve mounts the collector's store at /buildid/, beside
 	// the receiver, behind its token.
-	addr = freeAddr(t)
-	col := exec.Command(tool, "serve", "--dir", collector, "--listen", addr, "--token", "sekrit")
-	if err := col.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { col.Process.Kill(); col.Wait() }()
-	get := func(path string) (*http.Response, []byte) {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
-		req.Header.Set("Authorization", "Bearer sekrit")
-		var resp *http.Response
-		var err error
-		for i := 0; i < 100; i++ {
-			if resp, err = http.DefaultClient.Do(req); err == nil {
-				break
-			}
-			sleep()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
-	}
-	resp, got = get("/buildid/" + id + "/debuginfo")
-	if resp.StatusCode != 200 || !bytes.Equal(got, want) {
-		t.Errorf("serve: GET debuginfo: %d, %d bytes", resp.StatusCode, len(got))
+	col := testbin.Serve(t, tool, "serve", "--dir", collector, "--listen", "127.0.0.1:0", "--token", "sekrit")
+	if got := get(t, col.URL+"/buildid/"+id+"/debuginfo", "sekrit"); !bytes.Equal(got, want) {
+		t.Errorf("serve: GET debuginfo: %d bytes", len(got))
 	}
 	z, _ := os.ReadFile(rep)
-	req, _ := http.NewRequest("POST", "http://"+addr+"/upload", bytes.NewReader(z))
+	req, _ := http.NewRequest("POST", col.URL+"/upload", bytes.NewReader(z))
 	req.Header.Set("Authorization", "Bearer sekrit")
-	if resp, err = http.DefaultClient.Do(req); err != nil {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
@@ -326,27 +270,14 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 	// debuginfod and its token.
 	headers := filepath.Join(tmp, "headers")
 	os.WriteFile(headers, []byte("Authorization: Bearer sekrit\n"), 0o600)
-	t.Setenv("DEBUGINFOD_URLS", "http://"+addr)
+	t.Setenv("DEBUGINFOD_URLS", col.URL)
 	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(tmp, "dcache"))
 	t.Setenv("DEBUGINFOD_HEADERS_FILE", headers)
 	text.Reset()
 	if err := symbolizeCmd([]string{"--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), fmt.Sprintf(" in nw3 at crash.c:%d [cfi, high]", crashLine(t, "nw3"))) || !strings.Contains(text.String(), "debug file fetched from http://"+addr) {
+	if !strings.Contains(text.String(), fmt.Sprintf(" in nw3 at crash.c:%d [cfi, high]", crashLine(t, "nw3"))) || !strings.Contains(text.String(), "debug file fetched from "+col.URL) {
 		t.Errorf("symbolize through the collector's debuginfod:\n%s", text.String())
 	}
 }
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func sleep() { time.Sleep(50 * time.Millisecond) }

@@ -111,7 +111,7 @@ func symbolsServe(args []string) error {
 	if err != nil {
 		return fmt.Errorf("symbols serve: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "unwound symbols: debuginfod on http://%s, store %s\n", ln.Addr(), st.Dir)
+	fmt.Fprintf(os.Stderr, "unwound symbols: listening on http://%s (debuginfod), store %s\n", ln.Addr(), st.Dir)
 	mux := http.NewServeMux()
 	mux.Handle("/buildid/", st.Handler(*token))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
