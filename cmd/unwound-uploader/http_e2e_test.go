@@ -118,12 +118,6 @@ type server struct {
 	dir string
 }
 
-// stop ends the server (SIGTERM: a graceful shutdown).
-func (s *server) stop() {
-	s.Cmd.Process.Signal(os.Interrupt)
-	s.Cmd.Wait()
-}
-
 func startServe(t *testing.T, dir string, args ...string) *server {
 	_, unwound := binaries(t)
 	srv := testbin.Serve(t, unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
@@ -297,7 +291,7 @@ func TestHTTPServeTLS(t *testing.T) {
 	// certificate is "not yet valid". Temporary: nothing quarantined.
 	early := startServe(t, t.TempDir(), append([]string{"--tls-cert"}, ca.leafArgs(t, "early", time.Now().Add(48*time.Hour))...)...)
 	refused("clock not synced", strings.Replace(good, srv.url, early.url, 1), "certificate has expired or is not yet valid")
-	early.stop()
+	early.Stop()
 
 	b.config(t, good)
 	start := time.Now()

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,18 +23,11 @@ import (
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-// collectorProc is a running `unwound serve --dir`.
-type collectorProc struct {
-	*testbin.Server
-	url string
-}
-
 // startCollector runs unwound serve on a free port and waits for it to
 // listen.
-func startCollector(t *testing.T, bin string, args ...string) *collectorProc {
+func startCollector(t *testing.T, bin string, args ...string) *testbin.Server {
 	t.Helper()
-	srv := testbin.Serve(t, bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	return &collectorProc{Server: srv, url: srv.URL}
+	return testbin.Serve(t, bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 }
 
 // crashReport is the report of one x86_64 fixture crash (host kernel
@@ -88,7 +80,7 @@ func TestCrashesCommand(t *testing.T) {
 	bin := testbin.Build(t, "unwound", "")
 	dir := t.TempDir()
 	srv := startCollector(t, bin, "--dir", dir, "--token", "s3cret", "--debug-dir", "/usr/lib/debug")
-	c := &collector.Client{URL: srv.url, Token: "s3cret"}
+	c := &collector.Client{URL: srv.URL, Token: "s3cret"}
 	n := 0
 	post := func(r *report.Report, dev, version string) {
 		n++
@@ -103,10 +95,10 @@ func TestCrashesCommand(t *testing.T) {
 	post(abort, "gw-1", "2.4.1")
 
 	// A wrong token is refused; the same request with it is answered.
-	if out, err := exec.Command(bin, "crashes", "list", "--url", srv.url, "--token", "nope").CombinedOutput(); err == nil || !strings.Contains(string(out), "401") {
+	if out, err := exec.Command(bin, "crashes", "list", "--url", srv.URL, "--token", "nope").CombinedOutput(); err == nil || !strings.Contains(string(out), "401") {
 		t.Fatalf("wrong token: %v\n%s", err, out)
 	}
-	list := run(t, bin, "crashes", "list", "--url", srv.url, "--token", "s3cret")
+	list := run(t, bin, "crashes", "list", "--url", srv.URL, "--token", "s3cret")
 	t.Logf("before symbols:\n%s", list)
 	if !strings.Contains(list, "crash+0x") || strings.Contains(list, "null_write") {
 		t.Fatalf("before symbols, groups by module+offset:\n%s", list)
@@ -128,7 +120,7 @@ func TestCrashesCommand(t *testing.T) {
 	os.Setenv("UNWOUND_TOKEN", "s3cret")
 	defer os.Unsetenv("UNWOUND_TOKEN")
 	for {
-		list = run(t, bin, "crashes", "list", "--url", srv.url)
+		list = run(t, bin, "crashes", "list", "--url", srv.URL)
 		if strings.Contains(list, "null_write") && !strings.Contains(list, "crash+0x") {
 			break
 		}
@@ -168,13 +160,13 @@ func TestCrashesCommand(t *testing.T) {
 	// show GROUP: the numbers, and the sample's trace exactly as
 	// unwound symbolize prints it with the same debug files.
 	group := gs[0].ID
-	show := run(t, bin, "crashes", "show", group, "--url", srv.url)
+	show := run(t, bin, "crashes", "show", group, "--url", srv.URL)
 	if !strings.Contains(show, "4 reports from 4 boards") || !strings.Contains(show, "release gateway 2.4.0") {
 		t.Fatalf("show:\n%s", show)
 	}
 	sample := gs[0].Sample
 	raw := filepath.Join(t.TempDir(), sample+".json.zst")
-	resp := get(t, srv.url+"/api/reports/"+sample+"/raw", "s3cret")
+	resp := get(t, srv.URL+"/api/reports/"+sample+"/raw", "s3cret")
 	os.WriteFile(raw, resp, 0o644)
 	sym := run(t, bin, "symbolize", "--debug-dir", filepath.Join(dir, "symbols"), "--debug-dir", "/usr/lib/debug", "--sysroot", filepath.Join(dir, "sysroot"), raw)
 	if i := strings.Index(show, "report "+sample+":"); i < 0 || show[i:] != sym {
@@ -192,12 +184,12 @@ func TestCrashesCommand(t *testing.T) {
 		t.Fatalf("reports:\n%s", reps)
 	}
 	// Nothing more to do: resymbolize changes nothing.
-	if out := run(t, bin, "crashes", "resymbolize", "--url", srv.url); !strings.Contains(out, "0 in another group") {
+	if out := run(t, bin, "crashes", "resymbolize", "--url", srv.URL); !strings.Contains(out, "0 in another group") {
 		t.Fatalf("resymbolize:\n%s", out)
 	}
 	// GET /reports lists from the database.
 	var listed []struct{ ID string }
-	json.Unmarshal(get(t, srv.url+"/reports", "s3cret"), &listed)
+	json.Unmarshal(get(t, srv.URL+"/reports", "s3cret"), &listed)
 	if len(listed) != 5 {
 		t.Fatalf("GET /reports: %d", len(listed))
 	}
@@ -265,7 +257,7 @@ func TestCollectorKill(t *testing.T) {
 					r := all[next]
 					next++
 					mu.Unlock()
-					req, _ := http.NewRequestWithContext(ctx, "POST", srv.url+"/", bytes.NewReader(r.data))
+					req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/", bytes.NewReader(r.data))
 					req.Header.Set("Content-Encoding", "zstd")
 					resp, err := http.DefaultClient.Do(req)
 					if err == nil {
@@ -285,8 +277,7 @@ func TestCollectorKill(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(100+rng.Intn(200)) * time.Millisecond)
-		srv.Cmd.Process.Signal(syscall.SIGKILL)
-		srv.Cmd.Wait()
+		srv.Kill()
 		kills++
 		cancel()
 		wg.Wait()

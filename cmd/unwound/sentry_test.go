@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,12 +129,11 @@ func TestServeForwardSentry(t *testing.T) {
 	stub := newSentryStub(t)
 	dir := t.TempDir()
 	srv := testbin.Serve(t, bin, "serve", "--listen", "127.0.0.1:0", "--dir", dir, "--forward-sentry", stub.dsn())
-	addr := strings.TrimPrefix(srv.URL, "http://")
 	paths, reps := sentryReports(t)
 	for round := 0; round < 2; round++ { // the second round is duplicates
 		for _, p := range paths {
 			b, _ := os.ReadFile(p)
-			resp, err := http.Post("http://"+addr+"/", "application/json", bytes.NewReader(b))
+			resp, err := http.Post(srv.URL+"/", "application/json", bytes.NewReader(b))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,8 +149,7 @@ func TestServeForwardSentry(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	srv.Cmd.Process.Signal(syscall.SIGTERM)
-	srv.Cmd.Wait()
+	srv.Stop()
 	journal, err := os.ReadFile(filepath.Join(dir, "sentry", "journal"))
 	if err != nil {
 		t.Fatal(err)
