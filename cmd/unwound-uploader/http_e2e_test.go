@@ -119,8 +119,7 @@ type server struct {
 }
 
 func startServe(t *testing.T, dir string, args ...string) *server {
-	_, unwound := binaries(t)
-	srv := testbin.Serve(t, unwound, append([]string{"serve", "--listen", "127.0.0.1:0", "--dir", dir}, args...)...)
+	srv := testbin.Collector(t, append([]string{"--dir", dir}, args...)...)
 	return &server{Server: srv, url: srv.URL, dir: dir}
 }
 

@@ -23,13 +23,6 @@ import (
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-// startCollector runs unwound serve on a free port and waits for it to
-// listen.
-func startCollector(t *testing.T, bin string, args ...string) *testbin.Server {
-	t.Helper()
-	return testbin.Serve(t, bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-}
-
 // crashReport is the report of one x86_64 fixture crash (host kernel
 // cores), and the fixture binary.
 func crashReport(t *testing.T, variant, prog, scenario string) (*report.Report, fixture.Binary) {
@@ -56,11 +49,13 @@ func withRelease(t *testing.T, r *report.Report, id int, dev, version string) []
 	return report.Compress(js)
 }
 
+// run runs a program (one of ours, or a tool such as objcopy) and returns
+// what it printed; the test fails if it fails.
 func run(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("unwound %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
@@ -79,7 +74,7 @@ func TestCrashesCommand(t *testing.T) {
 	abort, _ := crashReport(t, "O2-dynamic", "crash", "abort")
 	bin := testbin.Build(t, "unwound", "")
 	dir := t.TempDir()
-	srv := startCollector(t, bin, "--dir", dir, "--token", "s3cret", "--debug-dir", "/usr/lib/debug")
+	srv := testbin.Collector(t, "--dir", dir, "--token", "s3cret", "--debug-dir", "/usr/lib/debug")
 	c := &collector.Client{URL: srv.URL, Token: "s3cret"}
 	n := 0
 	post := func(r *report.Report, dev, version string) {
@@ -220,7 +215,6 @@ func get(t *testing.T, url, token string) []byte {
 // the database afterwards, once, and every group's count equals its
 // reports.
 func TestCollectorKill(t *testing.T) {
-	bin := testbin.Build(t, "unwound", "")
 	dir := t.TempDir()
 	rng := rand.New(rand.NewSource(26))
 	type rep struct {
@@ -241,7 +235,7 @@ func TestCollectorKill(t *testing.T) {
 	next := 0
 	kills := 0
 	for round := 0; next < len(all) && round < 40; round++ {
-		srv := startCollector(t, bin, "--dir", dir)
+		srv := testbin.Collector(t, "--dir", dir)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for w := 0; w < 4; w++ {

@@ -125,10 +125,9 @@ func TestSentrySendCommand(t *testing.T) {
 // `unwound serve --forward-sentry DSN` forwards what it stores, once,
 // and keeps its outbox and journal in DIR/sentry.
 func TestServeForwardSentry(t *testing.T) {
-	bin := testbin.Build(t, "unwound", "")
 	stub := newSentryStub(t)
 	dir := t.TempDir()
-	srv := testbin.Serve(t, bin, "serve", "--listen", "127.0.0.1:0", "--dir", dir, "--forward-sentry", stub.dsn())
+	srv := testbin.Collector(t, "--dir", dir, "--forward-sentry", stub.dsn())
 	paths, reps := sentryReports(t)
 	for round := 0; round < 2; round++ { // the second round is duplicates
 		for _, p := range paths {
@@ -176,20 +175,15 @@ func TestSentrySendSymbolized(t *testing.T) {
 	bin := testbin.Build(t, "unwound", "")
 	tmp := t.TempDir()
 	prog := filepath.Join(tmp, "crash")
-	run := func(name string, args ...string) {
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("gcc", "-O1", "-g", "-o", prog, filepath.Join(fixture.Root(), "testdata", "crash", "crash.c"), "-pthread")
+	run(t, "gcc", "-O1", "-g", "-o", prog, filepath.Join(fixture.Root(), "testdata", "crash", "crash.c"), "-pthread")
 	r0, err := readelfBuildID(prog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dbg := filepath.Join(tmp, "debug", ".build-id", r0[:2], r0[2:]+".debug")
 	os.MkdirAll(filepath.Dir(dbg), 0o755)
-	run("objcopy", "--only-keep-debug", prog, dbg)
-	run("strip", "--strip-debug", "--strip-unneeded", prog)
+	run(t, "objcopy", "--only-keep-debug", prog, dbg)
+	run(t, "strip", "--strip-debug", "--strip-unneeded", prog)
 	work := filepath.Join(tmp, "run")
 	os.Mkdir(work, 0o755)
 	c := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+prog+" nullwrite")
@@ -204,10 +198,7 @@ func TestSentrySendSymbolized(t *testing.T) {
 	writeReport(t, r, rep)
 
 	stub := newSentryStub(t)
-	out, err := exec.Command(bin, "sentry", "send", "--dsn", stub.dsn(), "--debug-dir", filepath.Join(tmp, "debug"), rep).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	run(t, bin, "sentry", "send", "--dsn", stub.dsn(), "--debug-dir", filepath.Join(tmp, "debug"), rep)
 	var ev struct {
 		Exception struct {
 			Values []struct {

@@ -38,9 +38,7 @@ func TestSymbolizeCommand(t *testing.T) {
 	id := m.BuildID
 	dbg := filepath.Join(tmp, "debug")
 	os.MkdirAll(filepath.Join(dbg, ".build-id", id[:2]), 0o755)
-	if out, err := exec.Command("objcopy", "--only-keep-debug", b.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug")).CombinedOutput(); err != nil {
-		t.Fatalf("objcopy: %v\n%s", err, out)
-	}
+	run(t, "objcopy", "--only-keep-debug", b.Unstripped(), filepath.Join(dbg, ".build-id", id[:2], id[2:]+".debug"))
 
 	var text bytes.Buffer
 	if err := symbolizeCmd([]string{"--debug-dir", dbg, "--sysroot", fixture.Sysroot(arch), rep}, &text); err != nil {
@@ -192,16 +190,12 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 		{"--strip-all", "--add-gnu-debuglink=" + dbg, b.Unstripped(), filepath.Join(tree, "usr/bin/crash")},
 		{"--remove-section=.note.gnu.build-id", b.Stripped(), filepath.Join(tree, "usr/bin/noid")},
 	} {
-		if out, err := exec.Command("objcopy", args...).CombinedOutput(); err != nil {
-			t.Fatalf("objcopy %v: %v\n%s", args, err, out)
-		}
+		run(t, "objcopy", args...)
 	}
 	os.WriteFile(filepath.Join(tree, "README"), []byte("not ELF"), 0o644)
 	src := filepath.Join(tree, "obj.c")
 	os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644)
-	if out, err := exec.Command("gcc", "-g", "-c", "-o", filepath.Join(tree, "obj.o"), src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	run(t, "gcc", "-g", "-c", "-o", filepath.Join(tree, "obj.o"), src)
 	collector := filepath.Join(tmp, "collector")
 
 	var out bytes.Buffer
@@ -250,7 +244,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 
 	// unwound serve mounts the collector's store at /buildid/, beside
 	// the receiver, behind its token.
-	col := testbin.Serve(t, tool, "serve", "--dir", collector, "--listen", "127.0.0.1:0", "--token", "sekrit")
+	col := testbin.Collector(t, "--dir", collector, "--token", "sekrit")
 	if got := get(t, col.URL+"/buildid/"+id+"/debuginfo", "sekrit"); !bytes.Equal(got, want) {
 		t.Errorf("serve: GET debuginfo: %d bytes", len(got))
 	}
