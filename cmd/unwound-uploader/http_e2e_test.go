@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/host/collector"
+	"github.com/unwound-dev/unwound/testkit/collectortest"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 	"github.com/unwound-dev/unwound/uploader"
@@ -127,15 +127,7 @@ func startServe(t *testing.T, dir string, args ...string) *server {
 // want, byte-identical as they were queued.
 func collected(t *testing.T, dir string, want map[string][]byte) {
 	t.Helper()
-	c, err := collector.Open(dir, collector.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	list, err := c.List()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, list := collectortest.List(t, dir)
 	if len(list) != len(want) {
 		t.Fatalf("%s holds %d reports, want %d", dir, len(list), len(want))
 	}

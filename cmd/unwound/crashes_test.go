@@ -18,6 +18,7 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/collectortest"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
@@ -276,15 +277,7 @@ func TestCollectorKill(t *testing.T) {
 		cancel()
 		wg.Wait()
 	}
-	c, err := collector.Open(dir, collector.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	list, err := c.List()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, list := collectortest.List(t, dir)
 	have := map[string]int{}
 	for _, s := range list {
 		have[s.ID]++
