@@ -183,20 +183,12 @@ func (b *httpBoard) quarantined(t *testing.T) []string {
 
 // listed is what GET /reports says.
 func listed(t *testing.T, client *http.Client, url, token string) []string {
-	req, _ := http.NewRequest("GET", url+"/reports", nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, b := testutil.Request(t, client, "GET", url+"/reports", token, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET /reports: %s", resp.Status)
 	}
 	var list []struct{ ID string }
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string

@@ -195,16 +195,7 @@ func TestCrashesCommand(t *testing.T) {
 // test fails unless the answer is 200.
 func get(t *testing.T, url, token string) []byte {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testutil.Request(t, nil, "GET", url, token, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestSymbolizeCommand runs `unwound symbolize` on a fixture crash's
@@ -249,14 +250,7 @@ func TestSymbolsAddAndSymbolize(t *testing.T) {
 		t.Errorf("serve: GET debuginfo: %d bytes", len(got))
 	}
 	z, _ := os.ReadFile(rep)
-	req, _ := http.NewRequest("POST", col.URL+"/upload", bytes.NewReader(z))
-	req.Header.Set("Authorization", "Bearer sekrit")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
+	if resp, _ := testutil.Request(t, nil, "POST", col.URL+"/upload", "sekrit", z); resp.StatusCode != 201 {
 		t.Errorf("serve: POST a report: %d, want 201", resp.StatusCode)
 	}
 
