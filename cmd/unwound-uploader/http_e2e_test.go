@@ -154,7 +154,7 @@ type httpBoard struct {
 
 func newHTTPBoard(t *testing.T, n int, seed int64, upload string) *httpBoard {
 	q := testutil.Queue(t)
-	b := &httpBoard{dir: q.Dir(), cfg: filepath.Join(t.TempDir(), "unwound.toml")}
+	b := &httpBoard{dir: q.Dir()}
 	b.want = testutil.Stage(t, q.Dir(), mrand.New(mrand.NewSource(seed)), 1, n, 20)
 	b.config(t, upload)
 	return b
@@ -162,10 +162,7 @@ func newHTTPBoard(t *testing.T, n int, seed int64, upload string) *httpBoard {
 
 // config writes the configuration with this [upload] section body.
 func (b *httpBoard) config(t *testing.T, upload string) {
-	cfg := fmt.Sprintf("[device]\nid = \"board-7\"\n[queue]\ndir = %q\nallow_volatile = true\n[upload]\ntransport = \"http\"\n%s\n", b.dir, upload)
-	if err := os.WriteFile(b.cfg, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	b.cfg = testutil.Config(t, b.dir, "[device]\nid = \"board-7\"\n[upload]\ntransport = \"http\"\n"+upload+"\n")
 }
 
 func (b *httpBoard) once(t *testing.T, args ...string) (string, error) {

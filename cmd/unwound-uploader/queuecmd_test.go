@@ -29,10 +29,7 @@ func TestQueueCommands(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("not zstd"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(t.TempDir(), "unwound.toml")
-	if err := os.WriteFile(cfg, []byte("[queue]\ndir = \""+q.Dir()+"\"\nallow_volatile = true\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testutil.Config(t, q.Dir(), "")
 	up, _ := binaries(t)
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(up, append([]string{"--config", cfg}, args...)...).CombinedOutput()

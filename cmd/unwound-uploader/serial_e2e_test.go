@@ -266,18 +266,14 @@ func newRig(t testing.TB, n, frames int, f faults) *rig {
 		t.Fatal(err)
 	}
 	r.want = testutil.Fill(t, q, rand.New(rand.NewSource(int64(n*frames))), n, frames)
-	r.cfg = filepath.Join(t.TempDir(), "unwound.toml")
-	os.WriteFile(r.cfg, []byte(fmt.Sprintf(`[device]
+	r.cfg = testutil.Config(t, q.Dir(), fmt.Sprintf(`[device]
 id = "board-1"
-[queue]
-dir = %q
-allow_volatile = true
 [upload]
 transport = "serial"
 [serial]
 port = %q
 baud = 115200
-`, q.Dir(), sUp)), 0o644)
+`, sUp))
 	return r
 }
 

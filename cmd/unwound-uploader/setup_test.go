@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestCheckConfig: --check-config exits 1 and names each bad key with
@@ -70,10 +72,7 @@ func onceWith(t *testing.T, corePattern string) (int, string) {
 		os.MkdirAll(filepath.Join(dir, "proc", filepath.Dir(rel)), 0o755)
 		os.WriteFile(filepath.Join(dir, "proc", rel), []byte(v+"\n"), 0o644)
 	}
-	q := filepath.Join(dir, "queue")
-	os.Mkdir(q, 0o700)
-	cfg := filepath.Join(dir, "unwound.toml")
-	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q+"\"\nallow_volatile = true\n[upload]\nurl = \"http://127.0.0.1:9/\"\n"), 0o644)
+	cfg := testutil.Config(t, t.TempDir(), "[upload]\nurl = \"http://127.0.0.1:9/\"\n")
 	procSys = filepath.Join(dir, "proc")
 	defer func() { procSys = "" }()
 	return runLogged("--config", cfg, "--once")

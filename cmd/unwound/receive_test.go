@@ -29,8 +29,7 @@ func TestDumpExtractConfirm(t *testing.T) {
 	q := testutil.Queue(t)
 	want := testutil.Fill(t, q, rand.New(rand.NewSource(2)), 4, 200)
 	names := testutil.Entries(t, q.Dir())
-	cfg := filepath.Join(dir, "unwound.toml")
-	os.WriteFile(cfg, []byte("[queue]\ndir = \""+q.Dir()+"\"\nallow_volatile = true\n"), 0o644)
+	cfg := testutil.Config(t, q.Dir(), "")
 
 	dump := exec.Command(uploaderBin, "--config", cfg, "dump", "--remove", "--wait", "60s")
 	stdin, _ := dump.StdinPipe()
