@@ -171,6 +171,27 @@ func (b *httpBoard) once(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// deliver uploads the queue to srv with --once and checks that every
+// report arrived exactly once, byte-identical, and none is left queued;
+// it returns how long the upload took.
+func (b *httpBoard) deliver(t *testing.T, srv *server) time.Duration {
+	t.Helper()
+	start := time.Now()
+	out, err := b.once(t)
+	if err != nil {
+		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
+	}
+	d := time.Since(start)
+	collected(t, srv.dir, b.want)
+	if left := b.queued(t); left != 0 {
+		t.Fatalf("%d entries left", left)
+	}
+	if got := strings.Count(srv.Log(), ": stored"); got != len(b.want) {
+		t.Fatalf("stored %d times", got)
+	}
+	return d
+}
+
 func (b *httpBoard) queued(t *testing.T) int { return len(testutil.Entries(t, b.dir)) }
 
 func (b *httpBoard) quarantined(t *testing.T) []string {
@@ -204,19 +225,7 @@ func TestHTTPServeThousand(t *testing.T) {
 	srv := startServe(t, t.TempDir())
 	n := bulk()
 	b := newHTTPBoard(t, n, 11, fmt.Sprintf("url = %q\ntimeout = \"10s\"", srv.url+"/v1/reports"))
-	start := time.Now()
-	out, err := b.once(t)
-	if err != nil {
-		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
-	}
-	d := time.Since(start)
-	collected(t, srv.dir, b.want)
-	if left := b.queued(t); left != 0 {
-		t.Fatalf("%d entries left", left)
-	}
-	if got := strings.Count(srv.Log(), ": stored"); got != n {
-		t.Fatalf("stored %d times", got)
-	}
+	d := b.deliver(t, srv)
 	if ids := listed(t, http.DefaultClient, srv.url, ""); len(ids) != n {
 		t.Fatalf("GET /reports lists %d", len(ids))
 	}
@@ -232,8 +241,7 @@ func TestHTTPServeTLS(t *testing.T) {
 	ca, other := newCA(t, "fleet"), newCA(t, "stranger")
 	srvCert, srvKey := ca.leaf(t, "server", false, time.Now().Add(-time.Minute))
 	cliCert, cliKey := ca.leaf(t, "board-7", true, time.Now().Add(-time.Minute))
-	rxDir := t.TempDir()
-	srv := startServe(t, rxDir, "--tls-cert", srvCert, "--tls-key", srvKey, "--client-ca", ca.pem, "--token", "s3cret")
+	srv := startServe(t, t.TempDir(), "--tls-cert", srvCert, "--tls-key", srvKey, "--client-ca", ca.pem, "--token", "s3cret")
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("s3cret\n"), 0o600)
 	n := bulk()
@@ -277,19 +285,7 @@ func TestHTTPServeTLS(t *testing.T) {
 	early.Stop()
 
 	b.config(t, good)
-	start := time.Now()
-	out, err := b.once(t)
-	if err != nil {
-		t.Fatalf("%v\n%s\nserver:\n%s", err, out, srv.Log())
-	}
-	d := time.Since(start)
-	collected(t, rxDir, b.want)
-	if left := b.queued(t); left != 0 {
-		t.Fatalf("%d entries left", left)
-	}
-	if got := strings.Count(srv.Log(), ": stored"); got != n {
-		t.Fatalf("stored %d times", got)
-	}
+	d := b.deliver(t, srv)
 	// The listing needs the client certificate and the token too.
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
