@@ -11,17 +11,14 @@ import (
 
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-const corePatternFile = "/proc/sys/kernel/core_pattern"
-
-// installCorePattern points the host's core_pattern at the handler and
-// returns the function that restores the previous one. The restore also
-// runs on SIGINT/SIGTERM, so an interrupted test leaves the host as it was.
+// installCorePattern points the host's core_pattern at the handler until
+// the test ends. The restore also runs on SIGINT/SIGTERM, so an
+// interrupted test leaves the host as it was.
 func installCorePattern(t testing.TB, line string) {
 	t.Helper()
 	if err := testutil.SwapCorePattern(t)(line); err != nil {
@@ -29,11 +26,12 @@ func installCorePattern(t testing.TB, line string) {
 	}
 }
 
-// hostHandler is unwound-handler and a config for it in dir.
+// hostHandler is unwound-handler and a config for it in dir; with save,
+// it keeps each whole core in dir/cores (saveDir).
 // The handler is copied into dir: the line with the temporary paths must
 // fit the kernel's 127 characters (with --pidfd=%F too), so dir should be
-// short (os.MkdirTemp("", "uw")).
-func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
+// short (testutil.HostDir).
+func hostHandler(t testing.TB, dir string, save bool) (bin, cfg, qdir, saveDir string) {
 	b, err := os.ReadFile(handlerBinary(t, ""))
 	if err != nil {
 		t.Fatal(err)
@@ -42,16 +40,13 @@ func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	qdir = filepath.Join(dir, "queue")
-	saveDir = filepath.Join(dir, "cores")
-	os.Mkdir(qdir, 0o700)
-	os.Mkdir(saveDir, 0o700)
-	cfg = filepath.Join(dir, "unwound.toml")
-	text := fmt.Sprintf("[handler]\nfreeze_budget = \"4s\"\nsave_core_dir = %q\n[queue]\ndir = %q\nallow_volatile = true\nmax_entries = 1000\nmax_bytes_kib = 65536\n[rate_limit]\ncount = 0\nmax_concurrent = 64\nstate_dir = %q\n", saveDir, qdir, filepath.Join(dir, "run"))
-	if saveDir == "" {
-		text = strings.Replace(text, "save_core_dir", "#", 1)
+	k := kernelConfig{handler: "freeze_budget = \"4s\"", queue: "max_entries = 1000\nmax_bytes_kib = 65536", rateLimit: "count = 0\nmax_concurrent = 64"}
+	if save {
+		saveDir = filepath.Join(dir, "cores")
+		os.Mkdir(saveDir, 0o700)
+		k.handler += fmt.Sprintf("\nsave_core_dir = %q", saveDir)
 	}
-	os.WriteFile(cfg, []byte(text), 0o644)
+	cfg, qdir = k.write(t, dir)
 	return
 }
 
@@ -62,39 +57,25 @@ func hostHandler(t testing.TB, dir string) (bin, cfg, qdir, saveDir string) {
 // Opt-in (make test-host): it replaces the host's core_pattern for the
 // duration and restores it on every exit path.
 func TestHost(t *testing.T) {
-	if os.Getenv("UNWOUND_TEST_HOST") != "1" {
-		t.Skip("opt-in: make test-host (root; installs the handler as core_pattern and restores it)")
-	}
-	if os.Geteuid() != 0 || !fixture.Native("x86_64") {
-		t.Skip("needs root on an x86_64 host")
+	dir := testutil.HostDir(t, "installs the handler as core_pattern")
+	if !fixture.Native("x86_64") {
+		t.Skip("needs an x86_64 host")
 	}
 	fx := fixture.Build(t, "x86_64")
-	dir, err := os.MkdirTemp("", "uw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	bin, cfg, qdir, saveDir := hostHandler(t, dir)
+	bin, cfg, qdir, saveDir := hostHandler(t, dir, true)
 	line, err := exec.Command(bin, "--config", cfg, "--core-pattern").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, line)
 	}
 	t.Logf("core_pattern: %s", line)
 	installCorePattern(t, strings.TrimSpace(string(line)))
-	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(t, qdir)
 	for _, variant := range fixture.Variants {
 		for _, sc := range fixture.ScenariosWithThrow() {
 			b := fixture.Binary{Arch: "x86_64", Variant: variant, Prog: fixture.Prog(sc), Dir: fx}
 			t.Run(variant+"/"+sc, func(t *testing.T) {
-				cmd := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+b.Stripped()+" "+sc)
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				cmd.Wait() // it crashes
-				r := waitReport(t, q, cmd.Process.Pid)
+				pid, _, _ := crashProg(t, b.Stripped()+" "+sc)
+				r := waitReport(t, q, pid)
 				if r.Handler.Mode != "live" {
 					t.Errorf("mode %s, want live; errors %v", r.Handler.Mode, r.Errors)
 				}
@@ -115,26 +96,9 @@ func TestHost(t *testing.T) {
 // crash meanwhile, and their reports land in the same queue.
 func waitReport(t testing.TB, q *queue.Queue, pid int) *report.Report {
 	t.Helper()
-	seen := map[string]bool{}
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		es, _ := q.List()
-		for _, e := range es {
-			if seen[e.Name] {
-				continue
-			}
-			seen[e.Name] = true
-			z, err := q.Read(e.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := decode.Report(z)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.PID == pid {
-				return r
-			}
-		}
+	var r *report.Report
+	if pollReports(t, q, 20*time.Second, 20*time.Millisecond, func(got *report.Report) bool { r = got; return r.PID == pid }) {
+		return r
 	}
 	out, _ := exec.Command("sh", "-c", "dmesg | grep unwound | tail -5").Output()
 	t.Fatalf("no report for pid %d within 20 s; kernel log:\n%s", pid, out)
@@ -158,17 +122,6 @@ int main(void) {
 }
 `
 
-// buildCrasher builds crashSrc in dir.
-func buildCrasher(t *testing.T, dir string) string {
-	t.Helper()
-	prog := filepath.Join(dir, "crasher")
-	os.WriteFile(prog+".c", []byte(crashSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", prog, prog+".c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return prog
-}
-
 // TestHostPidfd is %F on the host's own kernel (6.16 or later): the
 // handler is installed as core_pattern with --pidfd=%F, a real program
 // crashes, and the report is live, with the pidfd checked by the
@@ -183,8 +136,8 @@ func TestHostPidfd(t *testing.T) {
 	if rel := sysctl.KernelRelease(); !sysctl.PidfdSupported(rel) {
 		t.Skipf("kernel %s passes no pidfd (6.16 or later does)", rel)
 	}
-	bin, cfg, qdir, _ := hostHandler(t, dir)
-	prog := buildCrasher(t, dir)
+	bin, cfg, qdir, _ := hostHandler(t, dir, true)
+	prog := buildC(t, dir, "crasher", crashSrc, "-O2")
 	out, err := exec.Command(bin, "--config", cfg, "--pidfd", "on", "--core-pattern").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -198,17 +151,9 @@ func TestHostPidfd(t *testing.T) {
 		t.Errorf("--core-pattern on this kernel (auto) is %q, not %q", auto, line)
 	}
 	installCorePattern(t, line)
-	q, err := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(t, qdir)
 	crash := func(t *testing.T, wantLog string) {
-		cmd := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+prog)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Wait()
-		pid := cmd.Process.Pid
+		pid, _, _ := crashProg(t, prog)
 		r := waitReport(t, q, pid)
 		if r.Handler.Mode != "live" || len(r.Errors) != 0 {
 			t.Errorf("mode %s, errors %q; want live, none", r.Handler.Mode, r.Errors)
@@ -221,18 +166,16 @@ func TestHostPidfd(t *testing.T) {
 		}
 		kmsg := waitKmsg(t, pid, wantLog)
 		t.Logf("pid %d: frozen %d ms; kernel log:\n%s", pid, r.Handler.FrozenMS, kmsg)
-		for _, c := range []string{"core.*"} {
-			m, _ := filepath.Glob(filepath.Join(dir, "cores", c))
-			for _, f := range m {
-				os.Remove(f)
-			}
+		m, _ := filepath.Glob(filepath.Join(dir, "cores", "core.*"))
+		for _, f := range m {
+			os.Remove(f)
 		}
 	}
 	t.Run("pidfd", func(t *testing.T) { crash(t, "live mode (pidfd)") })
 	t.Run("no-fd-3", func(t *testing.T) {
 		// Not %F: the kernel installs no fd 3.
 		stray := strings.Replace(line, sysctl.PidfdArg, "--pidfd=3", 1)
-		if err := os.WriteFile(corePatternFile, []byte(stray), 0o644); err != nil {
+		if err := os.WriteFile(testutil.CorePatternFile, []byte(stray), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		crash(t, "--pidfd 3 ignored")

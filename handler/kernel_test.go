@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,12 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 )
 
 const parkedSrc = `
@@ -42,42 +37,25 @@ int main(void) {
 // are there to read, as they are during a real dump. The report must match
 // the offline unwind of the same core.
 func TestKernelModeLive(t *testing.T) {
-	dir, bin, core, pid := parkedCore(t)
-	qdir := filepath.Join(dir, "queue")
-	os.Mkdir(qdir, 0o700)
-	cfgPath := filepath.Join(dir, "unwound.toml")
-	os.WriteFile(cfgPath, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"), 0o644)
-
+	bin, core, pid := parkedCore(t)
+	cfgPath, qdir := kernelConfig{}.write(t, t.TempDir())
 	f, err := os.Open(core)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logBuf strings.Builder
-	args := []string{strconv.Itoa(pid), strconv.Itoa(pid), "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", strings.ReplaceAll(bin, "/", "!"), "parked"}
-	if rc := RunKernel(KernelOptions{ConfigPath: cfgPath, Args: args, Stdin: f, Log: NewLogger(&logBuf)}); rc != 0 {
+	if rc := RunKernel(KernelOptions{ConfigPath: cfgPath, Args: kernelArgs(pid, bin, "parked"), Stdin: f, Log: NewLogger(&logBuf)}); rc != 0 {
 		t.Fatalf("rc %d", rc)
 	}
 	t.Log(logBuf.String())
-	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	es, _ := q.List()
-	if len(es) != 1 {
-		t.Fatalf("%d queue entries, want 1", len(es))
-	}
-	z, _ := q.Read(es[0].Name)
-	live, err := decode.Report(z)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := oneReport(t, qdir, logBuf.String())
 	if live.Handler.Mode != "live" {
 		t.Errorf("mode %q, want live (errors: %v)", live.Handler.Mode, live.Errors)
 	}
 	if live.Exe != bin || len(live.Threads) != 3 {
 		t.Errorf("exe %q, %d threads", live.Exe, len(live.Threads))
 	}
-	off, err := Offline(OfflineOptions{CoreFile: core, Config: config.Default(), Log: NewLogger(&logBuf)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	off := offlineReport(t, OfflineOptions{CoreFile: core, Log: NewLogger(&logBuf)})
 	for i, th := range live.Threads {
 		got, want := pcs(live, th), pcs(off, off.Threads[i])
 		if got != want {
@@ -94,36 +72,30 @@ func TestKernelModeLive(t *testing.T) {
 
 // parkedCore builds the parked program, runs it, stops it and has gcore
 // write its core; the process is killed when the test ends.
-func parkedCore(t *testing.T) (dir, bin, core string, pid int) {
+func parkedCore(t *testing.T) (bin, core string, pid int) {
 	for _, tool := range []string{"gcc", "gcore"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)
 		}
 	}
-	dir = t.TempDir()
-	src := filepath.Join(dir, "parked.c")
-	bin = filepath.Join(dir, "parked")
-	os.WriteFile(src, []byte(parkedSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	dir := t.TempDir()
+	bin = buildC(t, dir, "parked", parkedSrc, "-O2")
 	cmd := exec.Command(bin)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	if err := startReady(cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	buf := make([]byte, 6)
-	if _, err := stdout.Read(buf); err != nil || string(buf) != "ready\n" {
-		t.Fatalf("child: %q %v", buf, err)
-	}
-	pid = cmd.Process.Pid
+	return bin, gcore(t, dir, cmd.Process.Pid), cmd.Process.Pid
+}
+
+// gcore stops pid and has gdb's gcore write its core into dir.
+func gcore(t *testing.T, dir string, pid int) string {
 	syscall.Kill(pid, syscall.SIGSTOP)
-	core = filepath.Join(dir, "core")
+	core := filepath.Join(dir, "core")
 	if out, err := exec.Command("gcore", "-o", core, strconv.Itoa(pid)).CombinedOutput(); err != nil {
 		t.Skipf("gcore cannot attach here: %v\n%s", err, out)
 	}
-	return dir, bin, core + "." + strconv.Itoa(pid), pid
+	return core + "." + strconv.Itoa(pid)
 }
 
 // TestKernelModeCoreFileOnStdin: a core file given on standard input in
@@ -133,7 +105,7 @@ func parkedCore(t *testing.T) (dir, bin, core string, pid int) {
 // and one frame. The real binary, supervised as by default, on a real core
 // of a process that is gone.
 func TestKernelModeCoreFileOnStdin(t *testing.T) {
-	_, _, core, _ := parkedCore(t)
+	_, core, _ := parkedCore(t)
 	f, err := os.Open(core)
 	if err != nil {
 		t.Fatal(err)
@@ -147,23 +119,11 @@ func TestKernelModeCoreFileOnStdin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	q, _ := queue.Open(h.qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	es, _ := q.List()
-	if len(es) != 1 {
-		t.Fatalf("%d reports\n%s", len(es), out)
-	}
-	z, _ := q.Read(es[0].Name)
-	r, err := decode.Report(z)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := oneReport(t, h.qdir, string(out))
 	if r.Handler.Mode != "file" || r.Partial || len(r.Errors) != 0 {
 		t.Errorf("mode %q, partial %v, errors %q\n%s", r.Handler.Mode, r.Partial, r.Errors, out)
 	}
-	off, err := Offline(OfflineOptions{CoreFile: core, Config: config.Default(), Log: NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	off := offlineReport(t, OfflineOptions{CoreFile: core})
 	if len(r.Threads) != 3 || len(off.Threads) != 3 {
 		t.Fatalf("%d threads, offline %d", len(r.Threads), len(off.Threads))
 	}

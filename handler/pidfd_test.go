@@ -2,19 +2,15 @@ package handler
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,12 +157,7 @@ func pidReuseInNamespace(t *testing.T) {
 		t.Fatalf("mounting this namespace's /proc: %v", err)
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "parked.c")
-	bin := filepath.Join(dir, "parked")
-	os.WriteFile(src, []byte(parkedSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := buildC(t, dir, "parked", parkedSrc, "-O2")
 	// Both the crashed program and the one that gets its pid run the same
 	// program without address randomization (setarch -R): the other
 	// process's stacks are where the core says the crashed one's were, so
@@ -177,29 +168,14 @@ func pidReuseInNamespace(t *testing.T) {
 		if _, err := exec.LookPath("setarch"); err == nil {
 			c = exec.Command("setarch", "-R", bin, who)
 		}
-		stdout, _ := c.StdoutPipe()
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
-		buf := make([]byte, 6)
-		if _, err := stdout.Read(buf); err != nil || string(buf) != "ready\n" {
-			c.Process.Kill()
-			c.Wait()
-			return nil, fmt.Errorf("%s: %q %v", who, buf, err)
-		}
-		return c, nil
+		return c, startReady(c)
 	}
 	victim, err := start("victim")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid := victim.Process.Pid
-	syscall.Kill(pid, syscall.SIGSTOP)
-	core := filepath.Join(dir, "core")
-	if out, err := exec.Command("gcore", "-o", core, strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		t.Skipf("gcore cannot attach here: %v\n%s", err, out)
-	}
-	core += "." + strconv.Itoa(pid)
+	core := gcore(t, dir, pid)
 	pfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		t.Skipf("pidfd_open: %v", err)
@@ -233,29 +209,15 @@ func pidReuseInNamespace(t *testing.T) {
 	t.Logf("pid %d: the victim is reaped, %s impostor has its pid", pid, bin)
 
 	crash := func(name, pidfdArg string) (*report.Report, string) {
-		qdir := filepath.Join(dir, name)
-		os.Mkdir(qdir, 0o700)
-		cfgPath := filepath.Join(dir, name+".toml")
-		os.WriteFile(cfgPath, []byte("[handler]\ninclude_cmdline = true\n[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \""+filepath.Join(dir, name+"-run")+"\"\n"), 0o644)
+		cfgPath, qdir := kernelConfig{handler: "include_cmdline = true"}.write(t, t.TempDir())
 		f, err := os.Open(core)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
 		var log strings.Builder
-		args := []string{strconv.Itoa(pid), strconv.Itoa(pid), "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", strings.ReplaceAll(bin, "/", "!"), "parked"}
-		RunKernel(KernelOptions{ConfigPath: cfgPath, Args: args, Stdin: f, Pidfd: pidfdArg, Log: NewLogger(&log)})
-		q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-		es, _ := q.List()
-		if len(es) != 1 {
-			t.Fatalf("%s: %d reports\n%s", name, len(es), log.String())
-		}
-		z, _ := q.Read(es[0].Name)
-		r, err := decode.Report(z)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r, log.String()
+		RunKernel(KernelOptions{ConfigPath: cfgPath, Args: kernelArgs(pid, bin, "parked"), Stdin: f, Pidfd: pidfdArg, Log: NewLogger(&log)})
+		return oneReport(t, qdir, name+": "+log.String()), log.String()
 	}
 
 	// Without the pidfd, for the record: the handler takes whoever has the

@@ -1,12 +1,9 @@
 package handler
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,8 +11,8 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/coredumpsock"
 	"github.com/unwound-dev/unwound/queue"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 const bigSrc = `
@@ -44,19 +41,11 @@ int main(void) {
 // ships (no save_core_dir), core_pattern swapped ("core" until a mode sets
 // its own, restored at the end) and the queue the reports land in.
 func bigHost(b *testing.B) (dir, bin, hbin, cfg string, q *queue.Queue) {
-	dir, _ = os.MkdirTemp("", "uw")
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	src := filepath.Join(dir, "big.c")
-	bin = filepath.Join(dir, "big")
-	os.WriteFile(src, []byte(bigSrc), 0o644)
-	if out, err := exec.Command("gcc", "-O0", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		b.Fatalf("%v\n%s", err, out)
-	}
-	hbin, cfg, qdir, _ := hostHandler(b, dir)
-	text, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, []byte(strings.Replace(string(text), "save_core_dir", "#save_core_dir", 1)), 0o644)
+	dir = testutil.HostDir(b, "replaces core_pattern")
+	bin = buildC(b, dir, "big", bigSrc, "-O0")
+	hbin, cfg, qdir, _ := hostHandler(b, dir, false)
 	installCorePattern(b, "core")
-	q, _ = queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
+	q = openQueue(b, qdir)
 	return
 }
 
@@ -70,9 +59,6 @@ func bigHost(b *testing.B) (dir, bin, hbin, cfg string, q *queue.Queue) {
 //
 //	UNWOUND_TEST_HOST=1 go test -run '^$' -bench CrashToReap -benchtime 3x ./handler
 func BenchmarkCrashToReap(b *testing.B) {
-	if os.Getenv("UNWOUND_TEST_HOST") != "1" || os.Geteuid() != 0 {
-		b.Skip("opt-in: UNWOUND_TEST_HOST=1 as root (replaces core_pattern, restores it)")
-	}
 	dir, bin, hbin, cfg, q := bigHost(b)
 	text, _ := os.ReadFile(cfg)
 	streamCfg := filepath.Join(dir, "stream.toml")
@@ -90,7 +76,7 @@ func BenchmarkCrashToReap(b *testing.B) {
 	rss := map[string]int64{}
 	for i := 0; i < b.N; i++ {
 		for _, m := range modes {
-			os.WriteFile(corePatternFile, []byte(m.pattern), 0o644)
+			os.WriteFile(testutil.CorePatternFile, []byte(m.pattern), 0o644)
 			d, pid := crashBig(b, bin)
 			total[m.name] += d
 			if strings.HasPrefix(m.name, "unwound") {
@@ -123,16 +109,11 @@ func BenchmarkCrashToReap(b *testing.B) {
 // SIGSEGV and returns the time until it is reaped.
 func crashBig(b *testing.B, bin string) (time.Duration, int) {
 	cmd := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+bin)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	if err := startReady(cmd); err != nil {
 		b.Fatal(err)
 	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "ready\n" {
-		b.Fatalf("child said %q", line)
-	}
 	t0 := time.Now()
-	if rss := vmRSS(cmd.Process.Pid); rss < 1<<20 {
+	if rss := statusOf(cmd.Process.Pid, "VmRSS"); rss < 1<<20 {
 		b.Fatalf("child RSS %d KiB: the 1 GiB is not there", rss)
 	}
 	syscall.Kill(cmd.Process.Pid, syscall.SIGSEGV)
@@ -142,17 +123,6 @@ func crashBig(b *testing.B, bin string) (time.Duration, int) {
 		b.Fatalf("child was not killed by its signal: %v", cmd.ProcessState)
 	}
 	return d, cmd.Process.Pid
-}
-
-func vmRSS(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb int
-		if n, _ := fmt.Sscanf(l, "VmRSS: %d kB", &kb); n == 1 {
-			return kb
-		}
-	}
-	return 0
 }
 
 // BenchmarkSocketCrashToReap is BenchmarkCrashToReap's 1 GiB, 32-thread
@@ -188,8 +158,8 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	srv := startServer(b, hbin, cfg, sock, nil)
 	inSrv := startServer(b, hbin, inCfg, inSock, nil)
 	time.Sleep(300 * time.Millisecond)
-	idle := vmRSS(srv.Process.Pid)
-	worker := vmRSS(workerOf(srv.Process.Pid, 0))
+	idle := statusOf(srv.Process.Pid, "VmRSS")
+	worker := statusOf(workerOf(srv.Process.Pid, 0), "VmRSS")
 
 	modes := []struct{ name, pattern string }{
 		{"true", "|/bin/true"},
@@ -201,7 +171,7 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	frozen := map[string]int64{}
 	for i := 0; i < b.N; i++ {
 		for _, m := range modes {
-			if err := os.WriteFile(corePatternFile, []byte(m.pattern), 0o644); err != nil {
+			if err := os.WriteFile(testutil.CorePatternFile, []byte(m.pattern), 0o644); err != nil {
 				b.Fatal(err)
 			}
 			d, pid := crashBig(b, bin)
@@ -215,28 +185,24 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 			}
 		}
 	}
-	peak := vmHWM(srv.Process.Pid)
-	inPeak := vmHWM(inSrv.Process.Pid)
+	peak := statusOf(srv.Process.Pid, "VmHWM")
+	inPeak := statusOf(inSrv.Process.Pid, "VmHWM")
 
 	// Socket activation: nothing runs until the first connection.
-	os.WriteFile(corePatternFile, []byte("core"), 0o644)
+	os.WriteFile(testutil.CorePatternFile, []byte("core"), 0o644)
 	actSock := filepath.Join(dir, "a.sock")
 	ln, err := coredumpsock.Listen(actSock, coredumpsock.DefaultBacklog)
 	if err != nil {
 		b.Fatal(err)
 	}
-	os.WriteFile(corePatternFile, []byte(form+actSock), 0o644)
+	os.WriteFile(testutil.CorePatternFile, []byte(form+actSock), 0o644)
 	// The crash comes first and waits in the backlog (the kernel holds the
 	// task); the server is then started as systemd starts it when the
 	// socket becomes readable. Measured from that start: other crashes on
 	// the host reach the socket too, so its readability says nothing.
 	cmd := exec.Command("sh", "-c", "ulimit -c unlimited; exec "+bin)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	if err := startReady(cmd); err != nil {
 		b.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-		b.Fatalf("child said %q", line)
 	}
 	syscall.Kill(cmd.Process.Pid, syscall.SIGSEGV)
 	time.Sleep(200 * time.Millisecond)
@@ -265,40 +231,17 @@ func BenchmarkSocketCrashToReap(b *testing.B) {
 	b.ReportMetric(float64(reap.Microseconds())/1000, "activation-reap-ms")
 }
 
-// startServer runs unwound-handler --serve-coredump-socket; with ln, as
-// systemd's socket activation does: the socket as fd 3, LISTEN_FDS=1 and
-// LISTEN_PID the server's own pid (sh's $$, kept by exec).
+// startServer runs unwound-handler --serve-coredump-socket (serverCmd)
+// until the benchmark ends and, unless socket-activated (ln), waits for
+// its socket.
 func startServer(b *testing.B, hbin, cfg, sock string, ln *os.File) *exec.Cmd {
-	cmd := exec.Command(hbin, "--config", cfg, "--serve-coredump-socket", sock)
-	if ln != nil {
-		cmd = exec.Command("sh", "-c", `LISTEN_FDS=1 LISTEN_PID=$$ exec "$0" "$@"`, hbin, "--config", cfg, "--serve-coredump-socket", sock)
-		cmd.ExtraFiles = []*os.File{ln}
-	}
-	cmd.Env = append(os.Environ(), "UNWOUND_LOG_STDERR=1")
+	cmd := serverCmd(hbin, cfg, sock, ln)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
-	if ln != nil {
-		return cmd
+	if ln == nil && !listening(sock) {
+		b.Fatalf("no socket at %s", sock)
 	}
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode().Type() == os.ModeSocket {
-			return cmd
-		}
-	}
-	b.Fatalf("no socket at %s", sock)
-	return nil
-}
-
-// vmHWM is a process's peak resident set, KiB.
-func vmHWM(pid int) int {
-	bs, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(bs), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return 0
+	return cmd
 }

@@ -6,21 +6,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/sysctl"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
+// x86Core is a core of the crash fixture built as variant and crashed in
+// scenario on this host (AArch64's on an AArch64 host), and whether the
+// kernel wrote it. Not in -short: it builds the fixtures.
 func x86Core(t *testing.T, variant, scenario string) (fixture.Binary, string, bool) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs fixtures")
+	}
 	arch := "x86_64"
 	if !fixture.Native(arch) {
 		arch = "aarch64"
@@ -33,19 +35,13 @@ func x86Core(t *testing.T, variant, scenario string) (fixture.Binary, string, bo
 // The core read as a stream (stdin, one pass, only stack windows kept) must
 // give the trace the whole core file gives.
 func TestStreamModeMatchesFileMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs fixtures")
-	}
 	for _, sc := range []string{"nullwrite", "threads", "sigaltstack", "abort"} {
 		b, core, kernel := x86Core(t, "O2-dynamic", sc)
-		o := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: NewLogger(io.Discard)}
+		o := OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch)}
 		if !kernel {
 			continue // no NT_FILE: libraries are found through memory the stream does not keep
 		}
-		file, err := Offline(o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		file := offlineReport(t, o)
 		// Through a pipe: a regular file on stdin is read as a file.
 		f, _ := os.Open(core)
 		pr, pw, _ := os.Pipe()
@@ -54,12 +50,9 @@ func TestStreamModeMatchesFileMode(t *testing.T) {
 			pw.Close()
 		}()
 		o.CoreFile, o.Stdin = "-", pr
-		stream, err := Offline(o)
+		stream := offlineReport(t, o)
 		pr.Close()
 		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
 		if stream.Handler.Mode != "stream" || len(stream.Errors) > 0 {
 			t.Errorf("%s: mode %s, errors %v", sc, stream.Handler.Mode, stream.Errors)
 		}
@@ -71,42 +64,32 @@ func TestStreamModeMatchesFileMode(t *testing.T) {
 	}
 }
 
-// runKernelOn pipes core bytes into RunKernel and returns the queued report.
-func runKernelOn(t *testing.T, core []byte, args []string, extraCfg string) *report.Report {
+// runKernelOn pipes core bytes into RunKernel and returns the queued
+// report; handler is more lines of the config's [handler] table.
+func runKernelOn(t *testing.T, core []byte, args []string, handler string) *report.Report {
 	t.Helper()
-	dir := t.TempDir()
-	qdir := filepath.Join(dir, "q")
-	os.Mkdir(qdir, 0o700)
-	cfg := filepath.Join(dir, "u.toml")
-	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"+extraCfg), 0o644)
-	r, w, _ := os.Pipe()
-	go func() {
-		w.Write(core)
-		w.Close()
-	}()
+	cfg, qdir := kernelConfig{handler: handler}.write(t, t.TempDir())
 	var log bytes.Buffer
-	if rc := RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: r, Log: NewLogger(&log)}); rc != 0 {
+	if rc := RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: pipeBytes(core), Log: NewLogger(&log)}); rc != 0 {
 		t.Fatalf("exit %d", rc)
 	}
-	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	es, _ := q.List()
-	if len(es) != 1 {
-		t.Fatalf("%d reports queued; log:\n%s", len(es), log.String())
-	}
-	z, _ := q.Read(es[0].Name)
-	rep, err := decode.Report(z)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return oneReport(t, qdir, log.String())
+}
+
+// pipeBytes is the read end of a pipe that b is written into, then closed
+// (or that fails early, once the reader lets go).
+func pipeBytes(b []byte) *os.File {
+	r, w, _ := os.Pipe()
+	go func() {
+		w.Write(b)
+		w.Close()
+	}()
+	return r
 }
 
 // A core cut short, or garbage, still yields a report that says what went
 // wrong; the handler exits 0 and never loses the crash.
 func TestBrokenCoresStillReport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs fixtures")
-	}
 	_, core, _ := x86Core(t, "O2-dynamic", "nullwrite")
 	full, err := os.ReadFile(core)
 	if err != nil {
@@ -114,7 +97,7 @@ func TestBrokenCoresStillReport(t *testing.T) {
 	}
 	// A pid that is not the crashed process: /proc gives nothing, as when
 	// the kernel has already let go.
-	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!crash", "crash"}
+	args := kernelArgs(999999999, "/usr/bin/crash", "crash")
 	for _, tc := range []struct {
 		name  string
 		bytes []byte
@@ -142,16 +125,12 @@ func TestBrokenCoresStillReport(t *testing.T) {
 // A broken config does not lose the crash: defaults are used and the
 // report says so.
 func TestBrokenConfigStillReports(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs fixtures")
-	}
 	_, core, kernel := x86Core(t, "O2-dynamic", "nullwrite")
 	if !kernel {
 		t.Skip("needs a kernel core, whose NT_FILE places the modules: the host's core_pattern writes no files")
 	}
 	full, _ := os.ReadFile(core)
-	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!x", "x"}
-	r := runKernelOn(t, full, args, "[handler]\nmax_frames = \"many\"\n")
+	r := runKernelOn(t, full, kernelArgs(999999999, "/x", "x"), "max_frames = \"many\"")
 	if !strings.Contains(strings.Join(r.Errors, "; "), "using defaults for the keys in error") {
 		t.Errorf("errors %q", r.Errors)
 	}
@@ -163,9 +142,6 @@ func TestBrokenConfigStillReports(t *testing.T) {
 // Modules that cannot be used (missing, garbage tables, truncated) are
 // named in the report with the reason; the rest of the trace stands.
 func TestBadModulesAreReported(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs fixtures")
-	}
 	b, core, kernel := x86Core(t, "O2-dynamic", "nullwrite")
 	if !kernel {
 		t.Skip("needs a kernel core (NT_FILE)")
@@ -180,10 +156,7 @@ func TestBadModulesAreReported(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(sys, filepath.Dir(exe)), 0o755)
 	os.WriteFile(filepath.Join(sys, exe), garbled, 0o755)
-	r, err := Offline(OfflineOptions{CoreFile: core, Sysroot: sys, Config: config.Default(), Log: NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offlineReport(t, OfflineOptions{CoreFile: core, Sysroot: sys})
 	ct := r.Crashed()
 	if ct == nil || len(ct.Frames) == 0 || ct.StopReason == "" {
 		t.Fatalf("no crashed thread: %+v", r.Threads)
@@ -201,9 +174,7 @@ func TestBadModulesAreReported(t *testing.T) {
 
 	// Truncated while mapped: the file is cut to its first 4 KiB.
 	os.WriteFile(filepath.Join(sys, exe), bad[:4096], 0o755)
-	if _, err := Offline(OfflineOptions{CoreFile: core, Sysroot: sys, Config: config.Default(), Log: NewLogger(io.Discard)}); err != nil {
-		t.Fatal(err)
-	}
+	offlineReport(t, OfflineOptions{CoreFile: core, Sysroot: sys})
 }
 
 // The installed binary prints the core_pattern line with its own path.
@@ -231,48 +202,30 @@ func TestCorePatternFlag(t *testing.T) {
 	if err := exec.Command(bin, "--pidfd", "maybe", "--core-pattern").Run(); err == nil {
 		t.Errorf("--pidfd maybe --core-pattern succeeded")
 	}
-	_ = strconv.Itoa
 }
 
 // A crash loop is rate-limited per executable: crashes over the limit end
 // their dump at once, are counted, and the next report says how many.
 func TestCrashLoopIsRateLimited(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs fixtures")
-	}
 	_, core, _ := x86Core(t, "O2-dynamic", "nullwrite")
 	full, _ := os.ReadFile(core)
-	dir := t.TempDir()
-	qdir := filepath.Join(dir, "q")
-	os.Mkdir(qdir, 0o700)
-	cfg := filepath.Join(dir, "u.toml")
-	os.WriteFile(cfg, []byte("[queue]\ndir = \""+qdir+"\"\nallow_volatile = true\n[rate_limit]\ncount = 2\nwindow = \"2s\"\nstate_dir = \""+filepath.Join(dir, "run")+"\"\n"), 0o644)
+	cfg, qdir := kernelConfig{rateLimit: "count = 2\nwindow = \"2s\""}.write(t, t.TempDir())
 	// %t is now: a crash time the queue trusts and does not age out.
-	args := []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!loop", "loop"}
+	args := kernelArgs(999999999, "/usr/bin/loop", "loop")
 	crash := func() {
-		r, w, _ := os.Pipe()
-		go func() {
-			w.Write(full) // fails early when the handler drops the crash
-			w.Close()
-		}()
-		RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: r, Log: NewLogger(io.Discard)})
+		// The write fails early when the handler drops the crash.
+		RunKernel(KernelOptions{ConfigPath: cfg, Args: args, Stdin: pipeBytes(full), Log: NewLogger(io.Discard)})
 	}
 	for i := 0; i < 5; i++ {
 		crash()
 	}
-	q, _ := queue.Open(qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	if es, _ := q.List(); len(es) != 2 {
-		t.Fatalf("%d reports from a loop of 5 crashes, limit 2", len(es))
+	if rs := queuedReports(t, qdir); len(rs) != 2 {
+		t.Fatalf("%d reports from a loop of 5 crashes, limit 2", len(rs))
 	}
 	time.Sleep(3 * time.Second) // the window passes
 	crash()
-	es, _ := q.List()
-	z, _ := q.Read(es[len(es)-1].Name)
-	r, err := decode.Report(z)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Dropped["rate_limit"]+r.Dropped["rate_limit_executable"] != 3 {
+	rs := queuedReports(t, qdir)
+	if r := rs[len(rs)-1]; r.Dropped["rate_limit"]+r.Dropped["rate_limit_executable"] != 3 {
 		t.Errorf("dropped %v, want the 3 crashes over the limit", r.Dropped)
 	}
 }

@@ -8,14 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 )
 
 // childRun is one run of the handler binary as the kernel would start it.
@@ -28,7 +25,7 @@ type childRun struct {
 
 // A pid that is not the crashed process: /proc gives nothing, so memory
 // comes from the core stream.
-var noProcArgs = []string{"999999999", "999999999", "11", strconv.FormatInt(time.Now().Unix(), 10), "1", "0", "!usr!bin!victim", "victim"}
+var noProcArgs = kernelArgs(999999999, "/usr/bin/victim", "victim")
 
 // runHandler runs bin in kernel mode on core (fed through a pipe; with
 // hold, the pipe is kept open after the core, as a stalled kernel would)
@@ -44,13 +41,8 @@ type handlerEnv struct{ cfg, qdir string }
 
 func newHandlerEnv(t *testing.T, cfgExtra string) *handlerEnv {
 	t.Helper()
-	dir := t.TempDir()
-	h := &handlerEnv{cfg: filepath.Join(dir, "u.toml"), qdir: filepath.Join(dir, "q")}
-	os.Mkdir(h.qdir, 0o700)
-	text := "[handler]\ndeadline = \"2s\"\n" + cfgExtra + "\n[queue]\ndir = \"" + h.qdir + "\"\nallow_volatile = true\n[rate_limit]\nstate_dir = \"" + filepath.Join(dir, "run") + "\"\n"
-	if err := os.WriteFile(h.cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	h := &handlerEnv{}
+	h.cfg, h.qdir = kernelConfig{handler: "deadline = \"2s\"\n" + cfgExtra}.write(t, t.TempDir())
 	return h
 }
 
@@ -60,19 +52,7 @@ func (h *handlerEnv) run(t *testing.T, bin string, core []byte, args []string, h
 	cmd := exec.Command(bin, append([]string{"--config", h.cfg}, args...)...)
 	cmd.Env = append(env, "UNWOUND_LOG_STDERR=1")
 	run := feedRun(t, cmd, true, core, hold)
-	q, err := queue.Open(h.qdir, queue.Options{Check: decode.Entry, AllowVolatile: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	es, _ := q.List()
-	for _, e := range es {
-		z, _ := q.Read(e.Name)
-		r, err := decode.Report(z)
-		if err != nil {
-			t.Fatalf("%s: %v", e.Name, err)
-		}
-		run.reports = append(run.reports, r)
-	}
+	run.reports = queuedReports(t, h.qdir)
 	return run
 }
 
