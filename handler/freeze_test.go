@@ -62,10 +62,7 @@ func TestFreezeBudgetCutSaysSo(t *testing.T) {
 	if th.StopReason != unwind.StopMemory || !strings.Contains(th.StopDetail, "freeze budget") || !strings.Contains(th.StopDetail, "stack_window_kib") || !rep.Partial {
 		t.Errorf("stop %s (%s), partial %v: want memory_unreadable naming the freeze budget and the stack window", th.StopReason, th.StopDetail, rep.Partial)
 	}
-	full, err := Offline(OfflineOptions{CoreFile: core, Exe: b.Stripped(), Sysroot: "/", Config: config.Default(), Log: NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	full := offlineReport(t, OfflineOptions{CoreFile: core, Exe: b.Stripped(), Sysroot: "/"})
 	ft := full.Crashed()
 	if len(th.Frames)+th.Elided >= len(ft.Frames)+ft.Elided {
 		t.Errorf("the cut walk has %d frames, the whole one %d", len(th.Frames)+th.Elided, len(ft.Frames)+ft.Elided)

@@ -3,7 +3,6 @@ package handler
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
@@ -136,10 +134,7 @@ func labFigures(t *testing.T, dir string, rows map[string]*fixture.Figures) {
 		if err != nil {
 			want = nil // the known chain is the reference
 		}
-		got, err := Offline(OfflineOptions{CoreFile: c.Core, Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := offlineReport(t, OfflineOptions{CoreFile: c.Core, Sysroot: root})
 		fig := rows[label+"/"+c.Variant]
 		if fig == nil {
 			fig = &fixture.Figures{}
@@ -206,10 +201,7 @@ func labTally(t *testing.T, dir string) {
 			t.Logf("%s/%s pid %d: %.200v", rep.Arch, b.Variant, rep.PID, err)
 			continue
 		}
-		got, err := Offline(OfflineOptions{CoreFile: cores[0], Sysroot: root, Config: config.Default(), Log: NewLogger(io.Discard)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := offlineReport(t, OfflineOptions{CoreFile: cores[0], Sysroot: root})
 		vt := byVariant[b.Variant]
 		if vt == nil {
 			vt = &tally{}

@@ -22,6 +22,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The coredump socket server (--serve-coredump-socket) on the host's own
+// kernel: a crash through it, a storm, a missing and a crashed server, a
+// crash in a container, and the supervised worker the server starts
+// ahead (hand-over, fallback, socket activation, a worker that dies).
+// Opt-in and root, on a kernel of 6.16 or later (testutil.HostDir).
+
 // socketHost is the coredump socket server on the host's own kernel:
 // unwound-handler --serve-coredump-socket in dir, core_pattern @@ (or @
 // on a 6.16 kernel that refuses @@) pointing at it, restored on every
@@ -329,6 +335,16 @@ func workerOf(srv, not int) int {
 	return 0
 }
 
+// idleWorker is the server's pre-started worker, waiting for a crash.
+func (h *socketHost) idleWorker(t *testing.T) int {
+	t.Helper()
+	w := workerOf(h.srv.Process.Pid, 0)
+	if w == 0 {
+		t.Fatalf("no pre-started worker; server log:\n%s", h.srvLog)
+	}
+	return w
+}
+
 // inRecvmsg says whether a thread of pid waits in recvmsg(2).
 func inRecvmsg(pid int) bool {
 	ts, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
@@ -362,11 +378,7 @@ func ppidOf(pid int) int {
 // is started right after and serves the next crash.
 func TestHostSocketWorker(t *testing.T) {
 	h := newSocketHost(t)
-	srv := h.srv.Process.Pid
-	w := workerOf(srv, 0)
-	if w == 0 {
-		t.Fatalf("no pre-started worker; server log:\n%s", h.srvLog)
-	}
+	srv, w := h.srv.Process.Pid, h.idleWorker(t)
 	time.Sleep(200 * time.Millisecond)
 	t.Logf("idle: server %s; worker %s", rssLine(srv), rssLine(w))
 	if kib := statusOf(w, "VmRSS"); kib > 8<<10 {
@@ -402,11 +414,7 @@ func TestHostSocketWorker(t *testing.T) {
 // child), and a storm of 8 crashes at once (one worker idle at a time).
 func TestHostSocketWorkerFallback(t *testing.T) {
 	h := newSocketHost(t)
-	srv := h.srv.Process.Pid
-	w := workerOf(srv, 0)
-	if w == 0 {
-		t.Fatalf("no pre-started worker; server log:\n%s", h.srvLog)
-	}
+	srv, w := h.srv.Process.Pid, h.idleWorker(t)
 	syscall.Kill(w, syscall.SIGKILL)
 	pid, _, _ := h.crash(t)
 	if r := waitReport(t, h.q, pid); r.Handler.Mode != "live" || len(r.Errors) != 0 {
@@ -619,9 +627,7 @@ func TestHostSocketWorkerDies(t *testing.T) {
 		}
 		t.Setenv("UNWOUND_FAULT", tc.fault)
 		h.start(t)
-		if workerOf(h.srv.Process.Pid, 0) == 0 {
-			t.Fatalf("no worker:\n%s", h.srvLog)
-		}
+		h.idleWorker(t)
 		pid, took, _ := h.crash(t)
 		r := waitReport(t, h.q, pid)
 		t.Logf("%s: reaped after %v, mode %s, errors %q", tc.fault, took, r.Handler.Mode, r.Errors)

@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,10 +62,7 @@ func TestLoopingCFIRule(t *testing.T) {
 	cfg := config.Default()
 	cfg.Handler.Deadline = config.Duration(2 * time.Second)
 	start := time.Now()
-	r, err := Offline(OfflineOptions{CoreFile: path, Sysroot: dir, Config: cfg, Log: NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offlineReport(t, OfflineOptions{CoreFile: path, Sysroot: dir, Config: cfg})
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("took %v", d)
 	}

@@ -25,47 +25,40 @@ import (
 // more than 2% of the crashes have a wrong low-trust frame (issue 25).
 // The QEMU lab (qemu.TestLab) does the same on real kernels of every arch.
 func TestMatrixFigures(t *testing.T) {
-	if testing.Short() {
-		t.Skip("gdb comparisons: not in -short")
-	}
 	var mu sync.Mutex
 	rows := map[string]*fixture.Figures{}
-	// riscv64: qemu-riscv64 writes no cores; the lab covers it.
-	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
-		arch := arch
-		t.Run(arch, func(t *testing.T) {
-			dir := fixture.Build(t, arch)
-			for _, variant := range fixture.MatrixVariants(arch) {
-				if _, err := os.Stat(filepath.Join(dir, variant, "stripped", "crash")); err != nil {
-					continue // build.sh could not build it here (and said why)
-				}
-				fig := &fixture.Figures{}
-				rows[arch+"/"+variant] = fig
-				for _, sc := range matrixScenarios(dir, arch, variant) {
-					b := fixture.Binary{Arch: arch, Variant: variant, Prog: fixture.Prog(sc), Dir: dir}
-					t.Run(variant+"/"+sc, func(t *testing.T) {
-						got, want := matrixCase(t, b, sc)
-						mu.Lock()
-						defer mu.Unlock()
-						before := len(fig.Cases)
-						trusted := countFigures(t, fig, b, sc, got, want)
-						for _, c := range fig.Cases[before:] {
-							t.Logf("wrong frame: %s", c)
-						}
-						known, isKnown := fixture.KnownWrong[arch+"/"+variant+"/"+sc]
-						switch {
-						case trusted > 0 && isKnown:
-							t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
-						case trusted > 0:
-							t.Errorf("%d wrong frames at high or medium trust", trusted)
-						case isKnown:
-							t.Errorf("no wrong frame any more: remove this crash from fixture.KnownWrong")
-						}
-					})
-				}
+	eachGDBArch(t, func(t *testing.T, arch string) {
+		dir := fixture.Build(t, arch)
+		for _, variant := range fixture.MatrixVariants(arch) {
+			if _, err := os.Stat(filepath.Join(dir, variant, "stripped", "crash")); err != nil {
+				continue // build.sh could not build it here (and said why)
 			}
-		})
-	}
+			fig := &fixture.Figures{}
+			rows[arch+"/"+variant] = fig
+			for _, sc := range matrixScenarios(dir, arch, variant) {
+				b := fixture.Binary{Arch: arch, Variant: variant, Prog: fixture.Prog(sc), Dir: dir}
+				t.Run(variant+"/"+sc, func(t *testing.T) {
+					got, want := matrixCase(t, b, sc)
+					mu.Lock()
+					defer mu.Unlock()
+					before := len(fig.Cases)
+					trusted := countFigures(t, fig, b, sc, got, want)
+					for _, c := range fig.Cases[before:] {
+						t.Logf("wrong frame: %s", c)
+					}
+					known, isKnown := fixture.KnownWrong[arch+"/"+variant+"/"+sc]
+					switch {
+					case trusted > 0 && isKnown:
+						t.Logf("%d wrong frames at high or medium trust, known: %s", trusted, known)
+					case trusted > 0:
+						t.Errorf("%d wrong frames at high or medium trust", trusted)
+					case isKnown:
+						t.Errorf("no wrong frame any more: remove this crash from fixture.KnownWrong")
+					}
+				})
+			}
+		}
+	})
 	// The floors hold for whole rows: a -run pattern naming subtests
 	// picks a few crashes of a row.
 	whole := !strings.Contains(flag.Lookup("test.run").Value.String(), "/")

@@ -83,10 +83,7 @@ func TestOfflineMuslLoaderFromInterp(t *testing.T) {
 			if kernel {
 				t.Skip("a kernel core has NT_FILE")
 			}
-			got, err := Offline(OfflineOptions{CoreFile: core, Exe: b.Stripped(), Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := offlineReport(t, OfflineOptions{CoreFile: core, Exe: b.Stripped(), Sysroot: b.Sysroot()})
 			th := got.Crashed()
 			if th == nil || len(th.Frames) == 0 {
 				t.Fatalf("no crashed thread: %+v", got.Errors)

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,10 +110,7 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 		if cfg.Handler.IncludeCmdline {
 			t.Fatal("include_cmdline is on by default")
 		}
-		r, err := Offline(OfflineOptions{CoreFile: core, Config: cfg, Log: NewLogger(io.Discard)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := offlineReport(t, OfflineOptions{CoreFile: core, Config: cfg})
 		if len(r.Threads) == 0 || len(r.Threads[0].Frames) < 3 {
 			t.Fatalf("no real trace: %+v", r.Threads)
 		}

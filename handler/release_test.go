@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -31,11 +30,7 @@ func TestReportReleaseAndAttributes(t *testing.T) {
 		saved := osReleasePaths
 		osReleasePaths = paths
 		defer func() { osReleasePaths = saved }()
-		r, err := Offline(OfflineOptions{CoreFile: core, Config: config.Default(), Log: NewLogger(io.Discard), Sysroot: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Release
+		return offlineReport(t, OfflineOptions{CoreFile: core, Sysroot: t.TempDir()}).Release
 	}
 	for _, paths := range [][]string{{etc, lib}, {filepath.Join(dir, "missing"), lib}} {
 		if got := release(paths...); got == nil || *got != want {
@@ -53,19 +48,15 @@ func TestReportReleaseAndAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Offline(OfflineOptions{CoreFile: core, Config: cfg, Log: NewLogger(io.Discard), Sysroot: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offlineReport(t, OfflineOptions{CoreFile: core, Config: cfg, Sysroot: t.TempDir()})
 	if r.Release == nil || *r.Release != want {
 		t.Errorf("release %+v", r.Release)
 	}
 	if r.Device == nil || !reflect.DeepEqual(r.Device.Attributes, map[string]string{"hw_rev": "B2", "channel": "beta"}) {
 		t.Errorf("device %+v", r.Device)
 	}
-	r, err = Offline(OfflineOptions{CoreFile: core, Config: config.Default(), Log: NewLogger(io.Discard), Sysroot: t.TempDir()})
-	if err != nil || r.Device != nil {
-		t.Errorf("no attributes configured: device %+v, %v", r.Device, err)
+	if r = offlineReport(t, OfflineOptions{CoreFile: core, Sysroot: t.TempDir()}); r.Device != nil {
+		t.Errorf("no attributes configured: device %+v", r.Device)
 	}
 }
 

@@ -3,7 +3,6 @@ package handler
 import (
 	"debug/elf"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
@@ -40,51 +38,45 @@ var pltVariants = []string{
 // at high trust, and the walk goes on to main equal to gdb's, with no
 // wrong frame at any trust.
 func TestPLTStubFrameZero(t *testing.T) {
-	if testing.Short() {
-		t.Skip("gdb comparisons: not in -short")
-	}
-	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
-		arch := arch
-		t.Run(arch, func(t *testing.T) {
-			for _, b := range builtVariants(t, arch, pltVariants...) {
-				t.Run(b.Variant, func(t *testing.T) {
-					got, want := matrixCase(t, b, "pltstub")
-					if want == nil {
-						t.Skip("no gdb walk of this core")
-					}
-					th := got.Crashed()
-					wt := crashedOf(want)
-					if th == nil || wt == nil || len(wt.Frames) < 2 {
-						t.Fatalf("crashed thread: ours %v, gdb's %v", th, wt)
-					}
-					sec := pltSection(t, b, got, wt.Frames[0].PC)
-					if sec == "" {
-						t.Fatalf("fixture: gdb's frame 0 %s is in no PLT section of %s", wt.Frames[0].PC, b.Unstripped())
-					}
-					t.Logf("frame 0 in %s; ours: %s (stop %s: %s)", sec, framesOf(th), th.StopReason, th.StopDetail)
-					if len(th.Frames) < 2 {
-						t.Fatalf("the walk stops at frame 0 in %s, gdb's caller is %s", sec, wt.Frames[1].PC)
-					}
-					if th.Frames[0].PC.String() != wt.Frames[0].PC {
-						t.Errorf("frame 0 %s, gdb %s", th.Frames[0].PC, wt.Frames[0].PC)
-					}
-					if f := th.Frames[1]; f.PC.String() != wt.Frames[1].PC || fixture.Trust(f) != "high" {
-						t.Errorf("frame 1 (the stub's caller) %s by %s at %s trust; want gdb's %s at high trust", f.PC, f.Method, fixture.Trust(f), wt.Frames[1].PC)
-					}
-					var fig fixture.Figures
-					countFigures(t, &fig, b, "pltstub", got, want)
-					if len(fig.Cases) > 0 {
-						t.Errorf("wrong frames: %s", strings.Join(fig.Cases, "; "))
-					}
-					if !fixture.GDBFollows(want, "pltstub") {
-						t.Logf("gdb does not follow pl2 pl1 main here")
-					} else if fig.Equal < 4 {
-						t.Errorf("%d of gdb's %d frames equal, want at least the stub, pl2, pl1, main", fig.Equal, fig.Want)
-					}
-				})
-			}
-		})
-	}
+	eachGDBArch(t, func(t *testing.T, arch string) {
+		for _, b := range builtVariants(t, arch, pltVariants...) {
+			t.Run(b.Variant, func(t *testing.T) {
+				got, want := matrixCase(t, b, "pltstub")
+				if want == nil {
+					t.Skip("no gdb walk of this core")
+				}
+				th := got.Crashed()
+				wt := crashedOf(want)
+				if th == nil || wt == nil || len(wt.Frames) < 2 {
+					t.Fatalf("crashed thread: ours %v, gdb's %v", th, wt)
+				}
+				sec := pltSection(t, b, got, wt.Frames[0].PC)
+				if sec == "" {
+					t.Fatalf("fixture: gdb's frame 0 %s is in no PLT section of %s", wt.Frames[0].PC, b.Unstripped())
+				}
+				t.Logf("frame 0 in %s; ours: %s (stop %s: %s)", sec, framesOf(th), th.StopReason, th.StopDetail)
+				if len(th.Frames) < 2 {
+					t.Fatalf("the walk stops at frame 0 in %s, gdb's caller is %s", sec, wt.Frames[1].PC)
+				}
+				if th.Frames[0].PC.String() != wt.Frames[0].PC {
+					t.Errorf("frame 0 %s, gdb %s", th.Frames[0].PC, wt.Frames[0].PC)
+				}
+				if f := th.Frames[1]; f.PC.String() != wt.Frames[1].PC || fixture.Trust(f) != "high" {
+					t.Errorf("frame 1 (the stub's caller) %s by %s at %s trust; want gdb's %s at high trust", f.PC, f.Method, fixture.Trust(f), wt.Frames[1].PC)
+				}
+				var fig fixture.Figures
+				countFigures(t, &fig, b, "pltstub", got, want)
+				if len(fig.Cases) > 0 {
+					t.Errorf("wrong frames: %s", strings.Join(fig.Cases, "; "))
+				}
+				if !fixture.GDBFollows(want, "pltstub") {
+					t.Logf("gdb does not follow pl2 pl1 main here")
+				} else if fig.Equal < 4 {
+					t.Errorf("%d of gdb's %d frames equal, want at least the stub, pl2, pl1, main", fig.Equal, fig.Want)
+				}
+			})
+		}
+	})
 }
 
 // builtVariants are crash built in each of variants for arch, those that
@@ -115,51 +107,45 @@ var ehBiasVariants = []string{"gcc-ehbias-tables-dynamic", "gcc-ehbias-tables-st
 // its section headers removed (the tables found from their segments
 // alone) has no wrong frame at high or medium trust either.
 func TestEhFrameSectionBias(t *testing.T) {
-	if testing.Short() {
-		t.Skip("gdb comparisons: not in -short")
-	}
-	for _, arch := range []string{"x86_64", "aarch64", "arm"} {
-		arch := arch
-		t.Run(arch, func(t *testing.T) {
-			for _, b := range builtVariants(t, arch, ehBiasVariants...) {
-				v := b.Variant
-				if d := tableBiasDelta(t, b.Stripped()); d == 0 {
-					t.Fatalf("fixture: %s has its unwind tables at the text's bias", b.Stripped())
-				} else {
-					t.Logf("%s: tables' vaddr-offset is %#x off the text's", v, d)
-				}
-				for _, sc := range []string{"nullwrite", "sighandler", "chainstore", "threads"} {
-					sc := sc
-					t.Run(v+"/"+sc, func(t *testing.T) {
-						got, want := matrixCase(t, b, sc)
-						if want == nil {
-							t.Skip("no gdb walk of this core")
-						}
-						th := got.Crashed()
-						if th == nil {
-							t.Fatal("no crashed thread")
-						}
-						for i := 1; i < len(th.Frames); i++ {
-							if th.Frames[i].PC == th.Frames[i-1].PC {
-								t.Errorf("frame %d repeats frame %d's PC %s (%s/%s)", i, i-1, th.Frames[i].PC, th.Frames[i].Method, fixture.Trust(th.Frames[i]))
-							}
-						}
-						var fig fixture.Figures
-						countFigures(t, &fig, b, sc, got, want)
-						if len(fig.Cases) > 0 {
-							t.Errorf("wrong frames: %s\nours: %s", strings.Join(fig.Cases, "; "), framesOf(th))
-						}
-						if !fixture.Subsequence(b.FrameNames(t, got, got.Crashed()), fixture.KnownChains[sc]) {
-							t.Errorf("the crashed thread does not reach main through %v: %s (stop %s: %s)", fixture.KnownChains[sc], framesOf(th), th.StopReason, th.StopDetail)
-						}
-						if arch != "x86_64" {
-							noSectionHeaders(t, b, sc, want)
-						}
-					})
-				}
+	eachGDBArch(t, func(t *testing.T, arch string) {
+		for _, b := range builtVariants(t, arch, ehBiasVariants...) {
+			v := b.Variant
+			if d := tableBiasDelta(t, b.Stripped()); d == 0 {
+				t.Fatalf("fixture: %s has its unwind tables at the text's bias", b.Stripped())
+			} else {
+				t.Logf("%s: tables' vaddr-offset is %#x off the text's", v, d)
 			}
-		})
-	}
+			for _, sc := range []string{"nullwrite", "sighandler", "chainstore", "threads"} {
+				sc := sc
+				t.Run(v+"/"+sc, func(t *testing.T) {
+					got, want := matrixCase(t, b, sc)
+					if want == nil {
+						t.Skip("no gdb walk of this core")
+					}
+					th := got.Crashed()
+					if th == nil {
+						t.Fatal("no crashed thread")
+					}
+					for i := 1; i < len(th.Frames); i++ {
+						if th.Frames[i].PC == th.Frames[i-1].PC {
+							t.Errorf("frame %d repeats frame %d's PC %s (%s/%s)", i, i-1, th.Frames[i].PC, th.Frames[i].Method, fixture.Trust(th.Frames[i]))
+						}
+					}
+					var fig fixture.Figures
+					countFigures(t, &fig, b, sc, got, want)
+					if len(fig.Cases) > 0 {
+						t.Errorf("wrong frames: %s\nours: %s", strings.Join(fig.Cases, "; "), framesOf(th))
+					}
+					if !fixture.Subsequence(b.FrameNames(t, got, got.Crashed()), fixture.KnownChains[sc]) {
+						t.Errorf("the crashed thread does not reach main through %v: %s (stop %s: %s)", fixture.KnownChains[sc], framesOf(th), th.StopReason, th.StopDetail)
+					}
+					if arch != "x86_64" {
+						noSectionHeaders(t, b, sc, want)
+					}
+				})
+			}
+		}
+	})
 }
 
 // noSectionHeaders unwinds the same core with the program's section
@@ -180,10 +166,7 @@ func noSectionHeaders(t *testing.T, b fixture.Binary, scenario string, want *fix
 		t.Fatalf("llvm-objcopy: %v\n%s", err, out)
 	}
 	core, _ := fixture.Core(t, b, scenario)
-	got, err := Offline(OfflineOptions{CoreFile: core, Exe: exe, Sysroot: b.Sysroot(), Config: config.Default(), Log: NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := offlineReport(t, OfflineOptions{CoreFile: core, Exe: exe, Sysroot: b.Sysroot()})
 	var fig fixture.Figures
 	if trusted := countFigures(t, &fig, b, scenario, got, want); trusted > 0 {
 		t.Errorf("without section headers, %d wrong frames at high or medium trust: %s\nours: %s", trusted, strings.Join(fig.Cases, "; "), framesOf(got.Crashed()))
