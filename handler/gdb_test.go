@@ -13,6 +13,9 @@ import (
 // must report, for every thread, the same PCs as gdb walking the same core
 // with the unstripped program.
 func TestMatchesGDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
 	eachGDBArch(t, func(t *testing.T, arch string) {
 		dir := fixture.Build(t, arch)
 		variants := fixture.Variants
@@ -33,12 +36,8 @@ func TestMatchesGDB(t *testing.T) {
 // qemu-riscv64 writes no cores, so the QEMU lab's real kernels give its.
 var gdbArches = []string{"x86_64", "aarch64", "arm"}
 
-// eachGDBArch runs f as a subtest per arch of gdbArches; not in -short,
-// which runs no gdb.
+// eachGDBArch runs f as a subtest per arch of gdbArches.
 func eachGDBArch(t *testing.T, f func(t *testing.T, arch string)) {
-	if testing.Short() {
-		t.Skip("gdb comparisons: not in -short")
-	}
 	for _, arch := range gdbArches {
 		t.Run(arch, func(t *testing.T) { f(t, arch) })
 	}

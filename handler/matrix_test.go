@@ -25,6 +25,9 @@ import (
 // more than 2% of the crashes have a wrong low-trust frame (issue 25).
 // The QEMU lab (qemu.TestLab) does the same on real kernels of every arch.
 func TestMatrixFigures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
 	var mu sync.Mutex
 	rows := map[string]*fixture.Figures{}
 	eachGDBArch(t, func(t *testing.T, arch string) {

@@ -16,6 +16,9 @@ import (
 // tables or symbols (cfi, ehabi, prologue). The QEMU lab's real-kernel
 // run is qemu.TestLabMiniDebugInfo.
 func TestMiniDebugInfoMatchesGDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
 	eachGDBArch(t, func(t *testing.T, arch string) {
 		dir := fixture.Build(t, arch)
 		kinds := append([]string{"plain"}, fixture.MiniDebugInfoKinds...)

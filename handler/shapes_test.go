@@ -38,6 +38,9 @@ var pltVariants = []string{
 // at high trust, and the walk goes on to main equal to gdb's, with no
 // wrong frame at any trust.
 func TestPLTStubFrameZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
 	eachGDBArch(t, func(t *testing.T, arch string) {
 		for _, b := range builtVariants(t, arch, pltVariants...) {
 			t.Run(b.Variant, func(t *testing.T) {
@@ -107,6 +110,9 @@ var ehBiasVariants = []string{"gcc-ehbias-tables-dynamic", "gcc-ehbias-tables-st
 // its section headers removed (the tables found from their segments
 // alone) has no wrong frame at high or medium trust either.
 func TestEhFrameSectionBias(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gdb comparisons: not in -short")
+	}
 	eachGDBArch(t, func(t *testing.T, arch string) {
 		for _, b := range builtVariants(t, arch, ehBiasVariants...) {
 			v := b.Variant
