@@ -55,10 +55,7 @@ func TestLoopingCFIRule(t *testing.T) {
 	core := stackCore()
 	core.threads[0].pc, core.threads[0].lr = 0x400200, 0x400400
 	core.threads[1].pc, core.threads[1].lr = 0x400300, 0x400500
-	path := filepath.Join(dir, "core")
-	if err := os.WriteFile(path, core.bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := core.file(t, dir)
 	cfg := config.Default()
 	cfg.Handler.Deadline = config.Duration(2 * time.Second)
 	start := time.Now()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/unwound-dev/unwound/config"
@@ -16,11 +15,7 @@ import (
 // stdin (the kernel's stream path), the same report of every thread.
 func TestOfflineSyntheticCore(t *testing.T) {
 	core := stackCore()
-	b := core.bytes()
-	path := filepath.Join(t.TempDir(), "core")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	b, path := core.bytes(), core.file(t, t.TempDir())
 	for _, tc := range []struct {
 		mode string
 		o    OfflineOptions

@@ -24,8 +24,7 @@ func TestReportReleaseAndAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := report.Release{ID: "poky", VersionID: "5.0", ImageID: "gw", ImageVersion: "2.4.1", BuildID: "20261120"}
-	core := filepath.Join(dir, "core")
-	os.WriteFile(core, stackCore().bytes(), 0o600)
+	core := stackCore().file(t, dir)
 	release := func(paths ...string) *report.Release {
 		saved := osReleasePaths
 		osReleasePaths = paths

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/unwound-dev/unwound/elf"
@@ -97,6 +98,16 @@ func (c *synthCore) layout() (out []byte, phOff []int) {
 }
 
 func (c *synthCore) bytes() []byte { b, _ := c.layout(); return b }
+
+// file writes the core into dir and returns its path.
+func (c *synthCore) file(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "core")
+	if err := os.WriteFile(path, c.bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // stackCore is a plausible crash: two threads, their stacks dumped, an
 // executable mapping from NT_FILE the PCs fall in.
