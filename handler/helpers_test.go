@@ -58,10 +58,11 @@ func openQueue(t testing.TB, qdir string) *queue.Queue {
 	return q
 }
 
-// readEntry reads and decodes one report of q.
-func readEntry(t testing.TB, q *queue.Queue, name string) *report.Report {
+// readReport reads the stored report name with read (a queue's Read,
+// os.ReadFile for a report kept as a file) and decodes it.
+func readReport(t testing.TB, read func(string) ([]byte, error), name string) *report.Report {
 	t.Helper()
-	z, err := q.Read(name)
+	z, err := read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func queuedReports(t testing.TB, qdir string) []*report.Report {
 	es, _ := q.List()
 	var rs []*report.Report
 	for _, e := range es {
-		rs = append(rs, readEntry(t, q, e.Name))
+		rs = append(rs, readReport(t, q.Read, e.Name))
 	}
 	return rs
 }
@@ -109,7 +110,7 @@ func pollReports(t testing.TB, q *queue.Queue, within, every time.Duration, take
 				continue
 			}
 			seen[e.Name] = true
-			if take(readEntry(t, q, e.Name)) {
+			if take(readReport(t, q.Read, e.Name)) {
 				return true
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/report"
-	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 )
 
@@ -174,14 +173,7 @@ func labTally(t *testing.T, dir string) {
 	byVariant := map[string]*tally{}
 	var all tally
 	for _, rp := range reports {
-		data, err := os.ReadFile(rp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := decode.Report(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := readReport(t, os.ReadFile, rp)
 		mm := exeRE.FindStringSubmatch(rep.Exe)
 		var cores []string
 		found, _ := filepath.Glob(filepath.Join(dir, "cores", fmt.Sprintf("core.%d.*", rep.PID)))
