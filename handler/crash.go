@@ -93,6 +93,7 @@ type outcome struct {
 	mode    string            // live, stream, file, registers, none
 	frozen  time.Duration     // how long the process was held
 	dropped map[string]int    // crashes not reported since the previous report
+	ticket  *admit.Ticket     // the admission, settled once stored or counted lost; nil in a child
 	cont    *report.Container // the container the process ran in, nil outside one
 }
 

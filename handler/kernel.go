@@ -158,40 +158,34 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 }
 
 // hardDeadline is startKernel's last line of defence. A handler that goes
-// at it without a report would lose the crash without a trace, and with
-// it the drops its report was to carry (under a storm, tens of them): so
-// from its admission until its outcome is recorded, a crash owes the
-// admission state those counts, and the deadline pays them before the
-// exit (admit.Abandon, which never waits long for the state's lock).
+// at it without a report would lose the crash, and with it the drops its
+// report was to carry (under a storm, tens of them): so it settles the
+// crash's admission ticket first, as lost for "deadline", never waiting
+// long for the admission state's lock. (When it cannot, the next
+// admission finds the crash held with its slot free and counts it as
+// handler_killed.)
 type hardDeadline struct {
-	timer *time.Timer
-	mu    sync.Mutex
-	owed  func() bool // nil: nothing would be lost
+	timer  *time.Timer
+	mu     sync.Mutex
+	ticket *admit.Ticket // the crash being handled, nil before admission
 }
 
-// owe sets what the deadline must record; nil once the outcome is
-// recorded (stored, or counted as lost).
-func (h *hardDeadline) owe(f func() bool) {
+// hold sets the admitted crash the deadline settles.
+func (h *hardDeadline) hold(t *admit.Ticket) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
-	h.owed = f
+	h.ticket = t
 	h.mu.Unlock()
 }
 
 func (h *hardDeadline) settle(lg *Logger) {
 	h.mu.Lock()
-	f := h.owed
-	h.owed = nil
+	t := h.ticket
 	h.mu.Unlock()
-	if f == nil {
-		return
-	}
-	if f() {
+	if t.Settle("deadline", 300*time.Millisecond) {
 		lg.Errorf("the crash is counted as dropped (deadline) in the next report")
-	} else {
-		lg.Errorf("the crash could not be counted: the admission state is locked")
 	}
 }
 

@@ -31,9 +31,12 @@ func (c *crash) pipeline(work func(*crash) *report.Report) *report.Report {
 				return nil
 			}
 			defer ticket.Release()
-			pol, dropped := c.env.policy, c.out.dropped
-			c.env.hard.owe(func() bool { return admit.Abandon(pol, dropped, "deadline", 300*time.Millisecond) })
-			defer c.env.hard.owe(nil)
+			// Settled before the slot is released (defers run last
+			// first): stored, by the store or a supervised child, or
+			// lost, counted by the store or at the hard deadline.
+			defer ticket.Settle("", 0)
+			c.out.ticket = ticket
+			c.env.hard.hold(ticket)
 		}
 	}
 	r := work(c)

@@ -50,7 +50,7 @@ func (c *crash) store(r *report.Report) int {
 		}
 		return 0
 	}
-	c.env.hard.owe(nil) // stored: nothing left for the deadline to count
+	c.out.ticket.Settle("", 0) // stored: nothing left to count
 	// Evicted and expired reports are never sent: the next report says
 	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {
@@ -115,7 +115,12 @@ func (c *crash) lost(reason string) {
 	if c.env.policy.Dir == "" {
 		return
 	}
-	c.env.hard.owe(nil) // counted here
+	if c.out.ticket != nil {
+		c.out.ticket.Settle(reason, 0)
+		return
+	}
+	// A supervised child: its parent holds the ticket, and settles it
+	// once the child says it is done.
 	admit.Restore(c.env.policy, c.out.dropped)
 	admit.Drop(c.env.policy, reason)
 }

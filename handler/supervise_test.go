@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unwound-dev/unwound/handler/admit"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 )
 
 // childRun is one run of the handler binary as the kernel would start it.
@@ -139,15 +141,24 @@ func TestSupervisedChildDies(t *testing.T) {
 // counted under "deadline", the drops its report was to carry go back,
 // and the next report carries both. Supervised (the child hangs too, is
 // killed, and the parent hangs writing the registers-only report) and
-// not.
+// not. A handler killed outright (SIGKILL, as the OOM killer does) can
+// count nothing: the next admission finds its crash held with its slot
+// free and counts it as handler_killed.
 func TestHardDeadlineCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the hard deadline: not in -short")
 	}
 	bin := handlerBinary(t, "unwoundfault")
 	core := stackCore()
-	for _, sup := range []string{"true", "false"} {
-		h := newHandlerEnv(t, "supervise = "+sup)
+	for _, tc := range []struct {
+		name, sup, want string
+		kill            bool
+	}{
+		{"supervised", "true", "deadline", false},
+		{"unsupervised", "false", "deadline", false},
+		{"killed", "true", admit.ReasonKilled, true},
+	} {
+		h := newHandlerEnv(t, "supervise = "+tc.sup)
 		state := filepath.Join(filepath.Dir(h.qdir), "run")
 		os.Mkdir(state, 0o700)
 		// Five crashes dropped earlier, which this crash's report is
@@ -155,22 +166,48 @@ func TestHardDeadlineCounts(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte("d concurrency 5\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		run := h.run(t, bin, core.bytes(), noProcArgs, false, "UNWOUND_FAULT=storehang")
-		if len(run.reports) != 0 {
-			t.Fatalf("supervise=%s: %d reports from a handler that hangs storing", sup, len(run.reports))
+		if tc.kill {
+			killWhileStoring(t, bin, h, core.bytes())
+		} else {
+			run := h.run(t, bin, core.bytes(), noProcArgs, false, "UNWOUND_FAULT=storehang")
+			if len(run.reports) != 0 {
+				t.Fatalf("%s: %d reports from a handler that hangs storing", tc.name, len(run.reports))
+			}
+			if !strings.Contains(run.log, "hard deadline passed") || !strings.Contains(run.log, "counted as dropped (deadline)") {
+				t.Errorf("%s: log:\n%s", tc.name, run.log)
+			}
+			t.Logf("%s: gone after %v", tc.name, run.elapsed.Round(time.Millisecond))
 		}
-		if !strings.Contains(run.log, "hard deadline passed") || !strings.Contains(run.log, "counted as dropped (deadline)") {
-			t.Errorf("supervise=%s: log:\n%s", sup, run.log)
-		}
-		t.Logf("supervise=%s: gone after %v", sup, run.elapsed.Round(time.Millisecond))
 		next := h.run(t, handlerBinary(t, ""), core.bytes(), noProcArgs, false)
 		if len(next.reports) != 1 {
-			t.Fatalf("supervise=%s: %d reports after the next crash; log:\n%s", sup, len(next.reports), next.log)
+			t.Fatalf("%s: %d reports after the next crash; log:\n%s", tc.name, len(next.reports), next.log)
 		}
-		if got := next.reports[0].Dropped; got["deadline"] != 1 || got["concurrency"] != 5 || len(got) != 2 {
-			t.Errorf("supervise=%s: the next report carries %v, want concurrency 5 and deadline 1", sup, got)
+		if got := next.reports[0].Dropped; got[tc.want] != 1 || got["concurrency"] != 5 || len(got) != 2 {
+			t.Errorf("%s: the next report carries %v, want concurrency 5 and %s 1", tc.name, got, tc.want)
 		}
 	}
+}
+
+// killWhileStoring starts bin on core with storing made to hang and kills
+// it with SIGKILL once the report is being stored.
+func killWhileStoring(t *testing.T, bin string, h *handlerEnv, core []byte) {
+	cmd := exec.Command(bin, append([]string{"--config", h.cfg}, noProcArgs...)...)
+	cmd.Env = []string{"UNWOUND_LOG_STDERR=1", "UNWOUND_FAULT=storehang"}
+	cmd.Stdin = bytes.NewReader(core)
+	var log syncbuf.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "crashes not reported since"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the store never began:\n%s", log.String())
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
 }
 
 func checkRegistersReport(t *testing.T, r *report.Report, core *synthCore) {

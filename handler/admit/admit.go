@@ -9,6 +9,12 @@
 // PerExecutable, for each program (keyed by its path, not by its thread
 // name, which the program can change). A crash over a bound is counted by
 // reason; the counts go into the next report that is admitted.
+//
+// An admitted crash is recorded as held, with its slot and the counts its
+// report carries, until its outcome is (Ticket.Settle): a handler killed
+// on the way (the OOM killer takes handlers first, by design) leaves the
+// record behind with its slot unlocked, and the next admission counts
+// that crash as ReasonKilled and gives its counts back.
 package admit
 
 import (
@@ -19,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/unwound-dev/unwound/internal/flock"
@@ -41,6 +48,7 @@ const (
 	ReasonConcurrency = "concurrency"
 	ReasonRateGlobal  = "rate_limit"
 	ReasonRateExe     = "rate_limit_executable"
+	ReasonKilled      = "handler_killed" // admitted, then gone without settling
 )
 
 // Ticket is an admitted crash: it holds a concurrency slot until Release,
@@ -48,13 +56,69 @@ const (
 type Ticket struct {
 	Dropped map[string]int
 	slot    *os.File
+	n       int    // the slot's number
+	dir     string // the state directory; "" once settled, or never held
+	mu      sync.Mutex
 }
 
-// Release frees the concurrency slot.
+// Release frees the concurrency slot; Settle first, or the next admission
+// takes the crash for one whose handler was killed.
 func (t *Ticket) Release() {
 	if t != nil && t.slot != nil {
 		t.slot.Close()
 		t.slot = nil
+	}
+}
+
+// Settle records the crash's outcome: with reason "", its report is
+// stored (or someone else counted it); else it is lost for reason, which
+// is counted, and the drops it carried are given back. Only the first
+// call counts. within > 0 bounds the wait for the state's lock (polling,
+// never blocking, and skipping if another goroutine is settling): the
+// hard deadline settles so, as the handler must go whatever holds the
+// lock. It reports whether it recorded the outcome.
+func (t *Ticket) Settle(reason string, within time.Duration) bool {
+	if t == nil {
+		return false
+	}
+	if within <= 0 {
+		t.mu.Lock()
+	} else if !t.mu.TryLock() {
+		return false
+	}
+	defer t.mu.Unlock()
+	dir := t.dir
+	if dir == "" {
+		return false
+	}
+	lock := lockState(dir, within)
+	if lock == nil {
+		return false
+	}
+	defer lock.Close()
+	st := load(dir)
+	delete(st.Held, t.n)
+	if reason != "" {
+		st.give(t.Dropped)
+		st.Dropped[reason]++
+	}
+	t.dir = ""
+	return save(dir, st) == nil
+}
+
+// lockState takes the state's lock, waiting at most within when > 0
+// (nil then if it is still held).
+func lockState(dir string, within time.Duration) *os.File {
+	path := filepath.Join(dir, "rate.lock")
+	if within <= 0 {
+		f, _ := flock.Open(path, unix.LOCK_EX)
+		return f
+	}
+	for end := time.Now().Add(within); ; time.Sleep(5 * time.Millisecond) {
+		f, err := flock.Open(path, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(end) {
+			return f
+		}
 	}
 }
 
@@ -63,11 +127,39 @@ type ErrDropped struct{ Reason string }
 
 func (e *ErrDropped) Error() string { return "crash not reported: " + e.Reason }
 
-// state is the rate file: boot-time seconds of recent reports.
+// state is the rate file: boot-time seconds of recent reports, the drops
+// since the last report, and the admitted crashes not settled yet.
 type state struct {
 	Global  []int64
 	PerExe  map[string][]int64
 	Dropped map[string]int
+	Held    map[int]map[string]int // by slot: the drops the crash carries
+}
+
+// give adds counts to the drops.
+func (st *state) give(counts map[string]int) {
+	for k, v := range counts {
+		st.Dropped[k] += v
+	}
+}
+
+// reapHeld counts the held crashes whose handler is gone: its slot is
+// mine (taken again, so free before) or free. One whose slot is taken
+// may still be at work, or its slot is being taken again: that taker's
+// own admission reaps it.
+func (st *state) reapHeld(dir string, mine int) {
+	for n, carried := range st.Held {
+		if n != mine {
+			f, err := flock.Open(slotPath(dir, n), unix.LOCK_EX|unix.LOCK_NB)
+			if err != nil {
+				continue
+			}
+			f.Close()
+		}
+		st.give(carried)
+		st.Dropped[ReasonKilled]++
+		delete(st.Held, n)
+	}
 }
 
 // now is CLOCK_BOOTTIME: it does not jump when NTP sets the wall clock,
@@ -85,14 +177,14 @@ func Check(p Policy, exe string) (*Ticket, error) {
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return &Ticket{}, fmt.Errorf("admission state %s: %w (admitting)", p.Dir, err)
 	}
-	t := &Ticket{}
+	t := &Ticket{n: -1}
 	if p.MaxConcurrent > 0 {
-		slot, err := takeSlot(p.Dir, p.MaxConcurrent)
+		slot, n, err := takeSlot(p.Dir, p.MaxConcurrent)
 		if err != nil {
 			record(p.Dir, ReasonConcurrency)
 			return nil, &ErrDropped{ReasonConcurrency}
 		}
-		t.slot = slot
+		t.slot, t.n = slot, n
 	}
 	lock, err := flock.Open(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
@@ -100,6 +192,9 @@ func Check(p Policy, exe string) (*Ticket, error) {
 	}
 	defer lock.Close()
 	st := load(p.Dir)
+	if t.n >= 0 {
+		st.reapHeld(p.Dir, t.n)
+	}
 	n := now()
 	keep := func(ts []int64) []int64 {
 		var out []int64
@@ -139,8 +234,14 @@ func Check(p Policy, exe string) (*Ticket, error) {
 		t.Dropped = st.Dropped
 		st.Dropped = map[string]int{}
 	}
+	if t.n >= 0 {
+		st.Held[t.n] = t.Dropped
+	}
 	if err := save(p.Dir, st); err != nil {
 		return t, fmt.Errorf("admission state: %w", err)
+	}
+	if t.n >= 0 {
+		t.dir = p.Dir
 	}
 	return t, nil
 }
@@ -163,42 +264,17 @@ func Restore(p Policy, dropped map[string]int) {
 	save(p.Dir, st)
 }
 
-// Abandon gives back the drops an admitted crash carried and counts the
-// crash itself under reason, as Restore and Drop would, but waits at most
-// within for the state's lock (polling, never blocking): it runs at the
-// hard deadline, when the handler must go whatever holds the lock. It
-// reports whether it recorded them.
-func Abandon(p Policy, dropped map[string]int, reason string, within time.Duration) bool {
-	path := filepath.Join(p.Dir, "rate.lock")
-	end := time.Now().Add(within)
-	for {
-		lock, err := flock.Open(path, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			defer lock.Close()
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(end) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	st := load(p.Dir)
-	for k, v := range dropped {
-		st.Dropped[k] += v
-	}
-	st.Dropped[reason]++
-	return save(p.Dir, st) == nil
-}
-
 // Pending returns the drops counted since the last admitted report: what
-// the next report will carry.
+// the next report will carry, with the crashes whose handler is gone.
 func Pending(dir string) map[string]int {
 	lock, err := flock.Open(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
 	if err != nil {
 		return nil
 	}
 	defer lock.Close()
-	return load(dir).Dropped
+	st := load(dir)
+	st.reapHeld(dir, -1)
+	return st.Dropped
 }
 
 // Drop counts a crash lost for another reason (queue full, …).
@@ -220,15 +296,17 @@ func exeKey(exe string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-func takeSlot(dir string, n int) (*os.File, error) {
+func takeSlot(dir string, n int) (*os.File, int, error) {
 	for i := 0; i < n; i++ {
-		f, err := flock.Open(filepath.Join(dir, fmt.Sprintf("slot.%d", i)), unix.LOCK_EX|unix.LOCK_NB)
+		f, err := flock.Open(slotPath(dir, i), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return f, nil
+			return f, i, nil
 		}
 	}
-	return nil, errors.New("every slot is taken")
+	return nil, 0, errors.New("every slot is taken")
 }
+
+func slotPath(dir string, n int) string { return filepath.Join(dir, "slot."+strconv.Itoa(n)) }
 
 // maxState bounds the state file: a hostile or corrupt one is reset.
 const maxState = 256 << 10
@@ -239,19 +317,21 @@ const maxState = 256 << 10
 //	g T...          times of admitted crashes
 //	e KEY T...      the same per executable (KEY: exeKey)
 //	d REASON N      crashes dropped since the last report, by reason
+//	h SLOT [REASON N]...  an admitted crash not settled, in SLOT, and
+//	                the drops its report carries
 const stateFile = "rate.state"
 
 func load(dir string) *state {
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	st, perr := parseState(string(b))
 	if err != nil || len(b) > maxState || perr != nil {
-		return &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
+		return &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}, Held: map[int]map[string]int{}}
 	}
 	return st
 }
 
 func parseState(text string) (*state, error) {
-	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}}
+	st := &state{PerExe: map[string][]int64{}, Dropped: map[string]int{}, Held: map[int]map[string]int{}}
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 {
@@ -269,6 +349,21 @@ func parseState(text string) (*state, error) {
 				return nil, fmt.Errorf("rate state: bad count %q", line)
 			}
 			st.Dropped[f[1]] = n
+			continue
+		case f[0] == "h" && len(f)%2 == 0:
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n < 0 || n > 1<<10 {
+				return nil, fmt.Errorf("rate state: bad slot %q", line)
+			}
+			carried := map[string]int{}
+			for i := 2; i < len(f); i += 2 {
+				c, err := strconv.Atoi(f[i+1])
+				if err != nil || c < 0 {
+					return nil, fmt.Errorf("rate state: bad count %q", line)
+				}
+				carried[f[i]] = c
+			}
+			st.Held[n] = carried
 			continue
 		default:
 			return nil, fmt.Errorf("rate state: bad line %q", line)
@@ -317,8 +412,26 @@ func formatState(st *state) string {
 		keys = append(keys, k)
 	}
 	smallsort.Strings(keys)
+	counts := func(m map[string]int) {
+		keys = keys[:0]
+		for k := range m {
+			keys = append(keys, k)
+		}
+		smallsort.Strings(keys)
+		for _, k := range keys {
+			b.WriteString(" " + k + " " + strconv.Itoa(m[k]))
+		}
+	}
 	for _, k := range keys {
 		b.WriteString("d " + k + " " + strconv.Itoa(st.Dropped[k]) + "\n")
+	}
+	for n, left := 0, len(st.Held); left > 0 && n <= 1<<10; n++ {
+		if carried, ok := st.Held[n]; ok {
+			left--
+			b.WriteString("h " + strconv.Itoa(n))
+			counts(carried)
+			b.WriteByte('\n')
+		}
 	}
 	return b.String()
 }

@@ -75,6 +75,47 @@ func TestConcurrencySlots(t *testing.T) {
 	c.Release()
 }
 
+// TestHeldUntilSettled: an admitted crash stays held until settled. One
+// whose handler died (its slot released, never settled) is counted as
+// handler_killed by the next admission, with the drops it carried, and
+// shows in Pending; one whose handler still holds its slot is left alone;
+// a settled one counts nothing, or its reason and gives its drops back.
+func TestHeldUntilSettled(t *testing.T) {
+	now = func() int64 { return 1 }
+	p := Policy{Dir: t.TempDir(), MaxConcurrent: 3}
+	Drop(p, "queue_full")
+	a, _ := Check(p, "x") // carries queue_full 1
+	b, _ := Check(p, "x")
+	if a.Dropped["queue_full"] != 1 {
+		t.Fatalf("a carries %v", a.Dropped)
+	}
+	a.Release() // killed: its slot goes with the process, unsettled
+	if got := Pending(p.Dir); got[ReasonKilled] != 1 || got["queue_full"] != 1 || len(got) != 2 {
+		t.Errorf("pending with a's handler gone: %v", got)
+	}
+	c, _ := Check(p, "x") // takes a's slot again
+	if c.Dropped[ReasonKilled] != 1 || c.Dropped["queue_full"] != 1 || len(c.Dropped) != 2 {
+		t.Errorf("c carries %v, want a's crash and its drop", c.Dropped)
+	}
+	d, _ := Check(p, "x") // b's and c's slots are held: nothing to count
+	if len(d.Dropped) != 0 {
+		t.Errorf("d carries %v while b and c still run", d.Dropped)
+	}
+	if !b.Settle("", 0) || b.Settle("write_error", 0) {
+		t.Error("b: the first settle must count, and only it")
+	}
+	b.Release()
+	if !c.Settle("write_error", 0) {
+		t.Error("c not settled")
+	}
+	c.Release()
+	d.Settle("", 0)
+	d.Release()
+	if got := Pending(p.Dir); got["write_error"] != 1 || got[ReasonKilled] != 1 || got["queue_full"] != 1 || len(got) != 3 {
+		t.Errorf("pending at the end: %v, want c's loss and the drops it carried back", got)
+	}
+}
+
 func TestCorruptStateIsReset(t *testing.T) {
 	p := Policy{Dir: t.TempDir(), Count: 1, Window: time.Hour}
 	save(p.Dir, &state{Global: []int64{1}})
@@ -104,15 +145,17 @@ func TestPendingIsWhatTheNextReportCarries(t *testing.T) {
 }
 
 func TestStateRoundTrip(t *testing.T) {
-	st := &state{Global: []int64{1, 2, 3}, PerExe: map[string][]int64{"0a1b": {2}, "ffee": {}}, Dropped: map[string]int{"rate_limit": 4}}
+	st := &state{Global: []int64{1, 2, 3}, PerExe: map[string][]int64{"0a1b": {2}, "ffee": {}}, Dropped: map[string]int{"rate_limit": 4},
+		Held: map[int]map[string]int{0: {}, 3: {"concurrency": 2, "queue_full": 1}}}
 	got, err := parseState(formatState(st))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if formatState(got) != formatState(st) || len(got.PerExe) != 2 || got.Dropped["rate_limit"] != 4 || len(got.Global) != 3 {
+	if formatState(got) != formatState(st) || len(got.PerExe) != 2 || got.Dropped["rate_limit"] != 4 || len(got.Global) != 3 ||
+		len(got.Held) != 2 || got.Held[3]["concurrency"] != 2 {
 		t.Errorf("round trip: %q, want %q", formatState(got), formatState(st))
 	}
-	for _, bad := range []string{"x\n", "g 1 two\n", "d rate_limit -1\n", "d a\n", "e\n"} {
+	for _, bad := range []string{"x\n", "g 1 two\n", "d rate_limit -1\n", "d a\n", "e\n", "h\n", "h x\n", "h 1 a\n", "h 1 a -1\n", "h 2000\n"} {
 		if _, err := parseState(bad); err == nil {
 			t.Errorf("parseState(%q): no error", bad)
 		}
@@ -126,6 +169,7 @@ func FuzzParseState(f *testing.F) {
 	f.Add("g 1 2\ne 0a1b 3\nd rate_limit 4\n")
 	f.Add("")
 	f.Add("g\n\n")
+	f.Add("h 0\nh 1 concurrency 3 queue_full 1\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		st, err := parseState(s)
 		if err != nil {
