@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
 )
 
 func need(t testing.TB, tools ...string) {
@@ -118,16 +116,7 @@ func sameAsAddr2line(ours []Location, theirs []a2l) string {
 // from the core with the stripped program.
 func crashReport(t testing.TB, b fixture.Binary, scenario string) *report.Report {
 	t.Helper()
-	core, kernel := fixture.Core(t, b, scenario)
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return offline.Fixture(t, b, scenario, fixture.Sysroot(b.Arch))
 }
 
 // objcopy runs binutils' objcopy (multi-target on Debian).

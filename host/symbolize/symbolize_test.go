@@ -5,19 +5,17 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
+	"github.com/unwound-dev/unwound/testkit/offline"
 )
 
 var cases = []struct{ variant, scenario string }{
@@ -121,10 +119,7 @@ func labCoresFor(t *testing.T, arch, dir string) (map[string]string, string) {
 // labFixtureCrash is a crash whose core a real kernel made under QEMU.
 func labFixtureCrash(t *testing.T, b fixture.Binary, scenario string, cores map[string]string, root string) fixtureCrash {
 	core := cores[labcore.Crash{Variant: b.Variant, Prog: b.Prog, Scenario: scenario}.Name()]
-	r, err := handler.Offline(handler.OfflineOptions{CoreFile: core, Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offline.Report(t, core, root, "")
 	return fixtureCrash{b: b, scenario: scenario, report: r, core: core, sysroot: root, prog: "/bin/" + b.Variant + "/" + b.Prog}
 }
 

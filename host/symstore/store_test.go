@@ -12,11 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
+	"github.com/unwound-dev/unwound/testkit/offline"
 )
 
 func need(t *testing.T, tools ...string) {
@@ -169,15 +168,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 		b        fixture.Binary
 		scenario string
 	}{{crash, "abort"}, {crash, "recursion"}, {crashxx, "throw"}} {
-		core, kernel := fixture.Core(t, c.b, c.scenario)
-		opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-		if !kernel {
-			opts.Exe = c.b.Stripped()
-		}
-		r, err := handler.Offline(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := offline.Fixture(t, c.b, c.scenario, fixture.Sysroot(arch))
 		s := symbolize.New(symbolize.Options{DebugDirs: []string{st.Dir}, Sysroot: fixture.Sysroot(arch)})
 		out := s.Symbolize(r)
 		s.Close()
@@ -238,10 +229,7 @@ func TestLabReportsFromStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range crashes {
-		r, err := handler.Offline(handler.OfflineOptions{CoreFile: cores[c.Name()], Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := offline.Report(t, cores[c.Name()], root, "")
 		s := symbolize.New(symbolize.Options{DebugDirs: []string{st.Dir}, Sysroot: root})
 		out := s.Symbolize(r)
 		s.Close()
