@@ -121,6 +121,12 @@ func get(t *testing.T, cl *http.Client, u string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", u, nil)
 	req.Header.Set("Accept", "text/html")
+	return do(t, cl, req)
+}
+
+// do sends req and returns the response with its body read.
+func do(t *testing.T, cl *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -222,12 +228,7 @@ func TestLoginSessionLogout(t *testing.T) {
 	// A bearer header reads the page without a session (curl, scripts).
 	req, _ := http.NewRequest("GET", s.URL+"/", nil)
 	req.Header.Set("Authorization", "Bearer read-tok")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp, _ := do(t, http.DefaultClient, req); resp.StatusCode != 200 {
 		t.Errorf("bearer: %s", resp.Status)
 	}
 }
@@ -291,12 +292,8 @@ func TestClientCertificate(t *testing.T) {
 	defer s.Close()
 	cl := s.Client()
 	cl.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}
-	resp, err := cl.Get(s.URL + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	req, _ := http.NewRequest("GET", s.URL+"/", nil)
+	if resp, _ := do(t, cl, req); resp.StatusCode != 200 {
 		t.Fatalf("verified client certificate: %s", resp.Status)
 	}
 }
