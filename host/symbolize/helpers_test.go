@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,25 +13,8 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/offline"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
-
-func need(t testing.TB, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-}
-
-func run(t testing.TB, name string, args ...string) []byte {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return out
-}
 
 // a2l is one line pair of addr2line -f -i output.
 type a2l struct{ fn, pos string }
@@ -40,7 +22,7 @@ type a2l struct{ fn, pos string }
 // addr2line runs `addr2line -a -f -i -C -e file` on addrs.
 func addr2line(t testing.TB, file string, addrs []uint64) [][]a2l {
 	t.Helper()
-	need(t, "addr2line")
+	testutil.Need(t, "addr2line")
 	if len(addrs) == 0 {
 		return nil
 	}
@@ -48,7 +30,7 @@ func addr2line(t testing.TB, file string, addrs []uint64) [][]a2l {
 	for _, a := range addrs {
 		args = append(args, fmt.Sprintf("%#x", a))
 	}
-	out := run(t, "addr2line", args...)
+	out := testutil.Run(t, "addr2line", args...)
 	var res [][]a2l
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	var lines []string
@@ -122,8 +104,8 @@ func crashReport(t testing.TB, b fixture.Binary, scenario string) *report.Report
 // objcopy runs binutils' objcopy (multi-target on Debian).
 func objcopy(t testing.TB, args ...string) {
 	t.Helper()
-	need(t, "objcopy")
-	run(t, "objcopy", args...)
+	testutil.Need(t, "objcopy")
+	testutil.Run(t, "objcopy", args...)
 }
 
 // onlyKeepDebug makes a separate debug file of an unstripped binary.

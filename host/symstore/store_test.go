@@ -16,23 +16,8 @@ import (
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
 	"github.com/unwound-dev/unwound/testkit/offline"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
-
-func need(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
 
 func copyTo(t *testing.T, from, to string) {
 	t.Helper()
@@ -64,8 +49,8 @@ func yoctoTree(t *testing.T, root, objcopy, unstripped, prog string) {
 	bin := filepath.Join(ps, prog, "usr/bin", prog)
 	os.MkdirAll(filepath.Dir(dbg), 0o755)
 	os.MkdirAll(filepath.Dir(bin), 0o755)
-	run(t, objcopy, "--only-keep-debug", unstripped, dbg)
-	run(t, objcopy, "--strip-all", "--add-gnu-debuglink="+dbg, unstripped, bin)
+	testutil.Run(t, objcopy, "--only-keep-debug", unstripped, dbg)
+	testutil.Run(t, objcopy, "--strip-all", "--add-gnu-debuglink="+dbg, unstripped, bin)
 	os.WriteFile(filepath.Join(ps, prog, "usr/bin/script.sh"), []byte("#!/bin/sh\n"), 0o755)
 	os.MkdirAll(filepath.Join(root, "tmp/work/cortexa57-poky-linux", prog, "1.0-r0/temp"), 0o755)
 	os.WriteFile(filepath.Join(root, "tmp/work/cortexa57-poky-linux", prog, "1.0-r0/temp/log.do_package"), []byte("log"), 0o644)
@@ -80,7 +65,7 @@ func buildrootTree(t *testing.T, root, strip, unstripped, prog string) {
 	os.WriteFile(filepath.Join(root, "output/build", prog+"-1.0", prog+".c"), []byte("int main;"), 0o644)
 	target := filepath.Join(root, "output/target/usr/bin", prog)
 	os.MkdirAll(filepath.Dir(target), 0o755)
-	run(t, strip, "-o", target, unstripped)
+	testutil.Run(t, strip, "-o", target, unstripped)
 	sysroot := filepath.Join(root, "output/host/aarch64-buildroot-linux-gnu/sysroot")
 	os.MkdirAll(filepath.Join(sysroot, "usr/lib"), 0o755)
 	os.Symlink(sysroot, filepath.Join(root, "output/staging"))
@@ -98,7 +83,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 		t.Skip("fixtures: not in -short")
 	}
 	const arch = "aarch64"
-	need(t, "aarch64-linux-gnu-objcopy", "aarch64-linux-gnu-strip", "addr2line")
+	testutil.Need(t, "aarch64-linux-gnu-objcopy", "aarch64-linux-gnu-strip", "addr2line")
 	fx := fixture.Build(t, arch)
 	// Static programs: their libc is theirs, so the store holds every
 	// frame's debug file (the cross sysroot's libc has no symbols).
@@ -108,7 +93,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 	yoctoTree(t, filepath.Join(work, "poky/build"), "aarch64-linux-gnu-objcopy", crash.Unstripped(), "crash")
 	buildrootTree(t, filepath.Join(work, "br"), "aarch64-linux-gnu-strip", crashxx.Unstripped(), "crashxx")
 	// A file without a build ID.
-	run(t, "aarch64-linux-gnu-objcopy", "--remove-section=.note.gnu.build-id", crash.Stripped(), filepath.Join(work, "br/output/target/usr/bin/noid"))
+	testutil.Run(t, "aarch64-linux-gnu-objcopy", "--remove-section=.note.gnu.build-id", crash.Stripped(), filepath.Join(work, "br/output/target/usr/bin/noid"))
 
 	st, err := Open(filepath.Join(work, "collector/symbols"))
 	if err != nil {
@@ -205,7 +190,7 @@ func TestLabReportsFromStore(t *testing.T) {
 		t.Skip("QEMU lab: not in -short")
 	}
 	const arch = "riscv64"
-	need(t, "riscv64-linux-gnu-objcopy", "riscv64-linux-gnu-strip")
+	testutil.Need(t, "riscv64-linux-gnu-objcopy", "riscv64-linux-gnu-strip")
 	fx := fixture.Build(t, arch)
 	crashes := []labcore.Crash{
 		{Variant: "O2-static", Prog: "crash", Scenario: "recursion"},
@@ -272,11 +257,11 @@ func TestDebuginfodServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	need(t, "gcc")
+	testutil.Need(t, "gcc")
 	self := filepath.Join(t.TempDir(), "prog")
 	src := self + ".c"
 	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
-	run(t, "gcc", "-g", "-Wl,--build-id", "-o", self, src)
+	testutil.Run(t, "gcc", "-g", "-Wl,--build-id", "-o", self, src)
 	id := buildID(t, self)
 	link := filepath.Join(t.TempDir(), "prog-link")
 	os.Symlink(self, link)
@@ -345,7 +330,7 @@ func TestGDBFetchesFromStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixtures: not in -short")
 	}
-	need(t, "gdb-multiarch")
+	testutil.Need(t, "gdb-multiarch")
 	const arch = "aarch64"
 	fx := fixture.Build(t, arch)
 	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fx}
