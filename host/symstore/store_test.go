@@ -2,7 +2,6 @@ package symstore
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -276,17 +275,7 @@ func TestDebuginfodServer(t *testing.T) {
 	defer srv.Close()
 	want, _ := os.ReadFile(self)
 	req := func(method, path, token string) (*http.Response, []byte) {
-		r, _ := http.NewRequest(method, srv.URL+path, nil)
-		if token != "" {
-			r.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return testutil.Request(t, nil, method, srv.URL+path, token, nil)
 	}
 	for _, kind := range []string{"debuginfo", "executable"} {
 		resp, body := req("GET", "/buildid/"+strings.ToUpper(id)+"/"+kind, "sekrit")

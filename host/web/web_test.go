@@ -23,6 +23,7 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // crash is the synthetic part of a test report.
@@ -121,12 +122,6 @@ func get(t *testing.T, cl *http.Client, u string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", u, nil)
 	req.Header.Set("Accept", "text/html")
-	return do(t, cl, req)
-}
-
-// do sends req and returns the response with its body read.
-func do(t *testing.T, cl *http.Client, req *http.Request) (*http.Response, string) {
-	t.Helper()
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -226,9 +221,7 @@ func TestLoginSessionLogout(t *testing.T) {
 	}
 
 	// A bearer header reads the page without a session (curl, scripts).
-	req, _ := http.NewRequest("GET", s.URL+"/", nil)
-	req.Header.Set("Authorization", "Bearer read-tok")
-	if resp, _ := do(t, http.DefaultClient, req); resp.StatusCode != 200 {
+	if resp, _ := testutil.Request(t, nil, "GET", s.URL+"/", "read-tok", nil); resp.StatusCode != 200 {
 		t.Errorf("bearer: %s", resp.Status)
 	}
 }
@@ -292,8 +285,7 @@ func TestClientCertificate(t *testing.T) {
 	defer s.Close()
 	cl := s.Client()
 	cl.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}
-	req, _ := http.NewRequest("GET", s.URL+"/", nil)
-	if resp, _ := do(t, cl, req); resp.StatusCode != 200 {
+	if resp, _ := testutil.Request(t, cl, "GET", s.URL+"/", "", nil); resp.StatusCode != 200 {
 		t.Fatalf("verified client certificate: %s", resp.Status)
 	}
 }
