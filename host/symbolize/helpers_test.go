@@ -134,20 +134,6 @@ func buildIDTree(t testing.TB, dir string, unstripped ...string) {
 	}
 }
 
-func copyFile(t testing.TB, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // stripParams drops a trailing C++ parameter list: gdb names DWARF
 // functions without one, addr2line -C with one.
 func stripParams(s string) string {

@@ -51,7 +51,7 @@ func TestBuildrootStaging(t *testing.T) {
 
 	t.Run("staging", func(t *testing.T) {
 		staging := t.TempDir()
-		copyFile(t, b.Unstripped(), filepath.Join(staging, "usr/bin/crash"))
+		testutil.CopyFile(t, b.Unstripped(), filepath.Join(staging, "usr/bin/crash"))
 		s := New(Options{Sysroot: staging})
 		defer s.Close()
 		res := s.Symbolize(r)
@@ -79,7 +79,7 @@ func TestBuildrootStaging(t *testing.T) {
 
 	t.Run("stale-staging", func(t *testing.T) {
 		staging := t.TempDir()
-		copyFile(t, stale, filepath.Join(staging, "usr/bin/crash"))
+		testutil.CopyFile(t, stale, filepath.Join(staging, "usr/bin/crash"))
 		s := New(Options{Sysroot: staging})
 		defer s.Close()
 		res := s.Symbolize(r)

@@ -481,7 +481,7 @@ func TestLayouts(t *testing.T) {
 			case "debug-dir":
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(dbg, "usr/bin/crash.debug"))
 			case ".debug":
-				copyFile(t, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+				testutil.CopyFile(t, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash"))
 			case ".debug-suffixed":
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash.debug"))
