@@ -389,34 +389,47 @@ func GroupID(sig string, signal int) string {
 // insert stores one report and counts it in its group, in one
 // transaction. It returns false when the report was already there (a
 // concurrent Put, or another process).
-func (c *Collector) insert(in *ingest) (bool, error) {
+func (c *Collector) insert(in *ingest) (added bool, err error) {
+	err = c.inTx(func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRow(`SELECT (SELECT count(*) FROM reports WHERE id = ?1) + (SELECT count(*) FROM gone WHERE id = ?1)`, in.r.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := addToGroup(tx, in.group, in.sig, in.r.Signal.Number, in.r.ID, in.seen); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO reports (id, received, seen, device, program, arch, kernel, signal, release,
+			group_id, signature, missing, raw, symbolized, size, release_json, attributes, lacking)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.r.ID, in.received, in.seen, in.device, in.program, in.r.Arch, in.r.Kernel, in.r.Signal.Number, in.release,
+			in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs, in.lacking)
+		if err != nil {
+			return err
+		}
+		if err := addFacets(tx, in.group, facetsOf(in), 1, in.seen, in.seen); err != nil {
+			return err
+		}
+		added = true
+		return nil
+	})
+	return added, err
+}
+
+// inTx runs fn in one transaction, committed when fn returns nil and
+// rolled back otherwise. Callers that write hold wmu (one writer).
+func (c *Collector) inTx(fn func(tx *sql.Tx) error) error {
 	tx, err := c.db.Begin()
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRow(`SELECT (SELECT count(*) FROM reports WHERE id = ?1) + (SELECT count(*) FROM gone WHERE id = ?1)`, in.r.ID).Scan(&n); err != nil {
-		return false, err
+	if err := fn(tx); err != nil {
+		return err
 	}
-	if n > 0 {
-		return false, nil
-	}
-	if err := addToGroup(tx, in.group, in.sig, in.r.Signal.Number, in.r.ID, in.seen); err != nil {
-		return false, err
-	}
-	_, err = tx.Exec(`INSERT INTO reports (id, received, seen, device, program, arch, kernel, signal, release,
-		group_id, signature, missing, raw, symbolized, size, release_json, attributes, lacking)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		in.r.ID, in.received, in.seen, in.device, in.program, in.r.Arch, in.r.Kernel, in.r.Signal.Number, in.release,
-		in.group, in.sig.Text, in.missing, in.raw, in.symbolized, len(in.raw)+len(in.symbolized), in.releaseJSON, in.attrs, in.lacking)
-	if err != nil {
-		return false, err
-	}
-	if err := addFacets(tx, in.group, facetsOf(in), 1, in.seen, in.seen); err != nil {
-		return false, err
-	}
-	return true, tx.Commit()
+	return tx.Commit()
 }
 
 // addToGroup counts one report in its group, creating the group.

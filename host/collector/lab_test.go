@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,13 +12,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/signature"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
+	"github.com/unwound-dev/unwound/testkit/offline"
 )
 
 // A lab crash is one fixture program crashed one way, its core made by
@@ -63,25 +61,13 @@ func labReport(t *testing.T, c labCrash) (*report.Report, fixture.Binary) {
 	if _, err := os.Stat(b.Stripped()); err != nil {
 		t.Skipf("%s: not built here", b.Stripped())
 	}
-	var opts handler.OfflineOptions
 	if c.arch == "riscv64" {
 		// qemu-user writes no riscv64 cores: a real kernel's, from the
 		// QEMU lab.
 		core, root := riscvCore(t, b, c.scenario)
-		opts = handler.OfflineOptions{CoreFile: core, Sysroot: root}
-	} else {
-		core, kernel := fixture.Core(t, b, c.scenario)
-		opts = handler.OfflineOptions{CoreFile: core, Sysroot: b.Sysroot()}
-		if !kernel {
-			opts.Exe = b.Stripped()
-		}
+		return offline.Report(t, core, root, ""), b
 	}
-	opts.Config, opts.Log = config.Default(), handler.NewLogger(io.Discard)
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatalf("%s: %v", c, err)
-	}
-	return r, b
+	return offline.Fixture(t, b, c.scenario, b.Sysroot()), b
 }
 
 // labCrashes is every scenario of the lab set for arch, built as

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"database/sql"
 	"time"
 )
 
@@ -19,100 +20,98 @@ func (c *Collector) Prune() (PruneResult, error) {
 	var res PruneResult
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	tx, err := c.db.Begin()
-	if err != nil {
-		return res, err
-	}
-	defer tx.Rollback()
 	now := c.opts.Now()
-	type victim struct {
-		id   string
-		size int64
-	}
-	var victims []victim
-	collect := func(q string, args ...any) error {
-		rows, err := tx.Query(q, args...)
+	err := c.inTx(func(tx *sql.Tx) error {
+		type victim struct {
+			id   string
+			size int64
+		}
+		var victims []victim
+		collect := func(q string, args ...any) error {
+			rows, err := tx.Query(q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var v victim
+				if err := rows.Scan(&v.id, &v.size); err != nil {
+					return err
+				}
+				victims = append(victims, v)
+			}
+			return rows.Err()
+		}
+		if c.opts.KeepDays > 0 {
+			cutoff := now.Add(-time.Duration(c.opts.KeepDays) * 24 * time.Hour).Unix()
+			if err := collect(`SELECT id, size FROM reports WHERE received < ? ORDER BY received, id`, cutoff); err != nil {
+				return err
+			}
+		}
+		if c.opts.MaxBytes > 0 {
+			var total int64
+			if err := tx.QueryRow(`SELECT coalesce(sum(size), 0) FROM reports`).Scan(&total); err != nil {
+				return err
+			}
+			for _, v := range victims {
+				total -= v.size
+			}
+			if total > c.opts.MaxBytes {
+				// The oldest beyond those already chosen, until under.
+				rows, err := tx.Query(`SELECT id, size FROM reports ORDER BY received, id`)
+				if err != nil {
+					return err
+				}
+				chosen := map[string]bool{}
+				for _, v := range victims {
+					chosen[v.id] = true
+				}
+				for total > c.opts.MaxBytes && rows.Next() {
+					var v victim
+					if err := rows.Scan(&v.id, &v.size); err != nil {
+						rows.Close()
+						return err
+					}
+					if chosen[v.id] {
+						continue
+					}
+					victims = append(victims, v)
+					total -= v.size
+				}
+				rows.Close()
+			}
+		}
+		if len(victims) == 0 {
+			return nil
+		}
+		del, err := tx.Prepare(`DELETE FROM reports WHERE id = ?`)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var v victim
-			if err := rows.Scan(&v.id, &v.size); err != nil {
+		defer del.Close()
+		ins, err := tx.Prepare(`INSERT OR IGNORE INTO gone (id, pruned) VALUES (?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		for _, v := range victims {
+			if _, err := del.Exec(v.id); err != nil {
 				return err
 			}
-			victims = append(victims, v)
-		}
-		return rows.Err()
-	}
-	if c.opts.KeepDays > 0 {
-		cutoff := now.Add(-time.Duration(c.opts.KeepDays) * 24 * time.Hour).Unix()
-		if err := collect(`SELECT id, size FROM reports WHERE received < ? ORDER BY received, id`, cutoff); err != nil {
-			return res, err
-		}
-	}
-	if c.opts.MaxBytes > 0 {
-		var total int64
-		if err := tx.QueryRow(`SELECT coalesce(sum(size), 0) FROM reports`).Scan(&total); err != nil {
-			return res, err
-		}
-		for _, v := range victims {
-			total -= v.size
-		}
-		if total > c.opts.MaxBytes {
-			// The oldest beyond those already chosen, until under.
-			rows, err := tx.Query(`SELECT id, size FROM reports ORDER BY received, id`)
-			if err != nil {
-				return res, err
+			if _, err := ins.Exec(v.id, now.Unix()); err != nil {
+				return err
 			}
-			chosen := map[string]bool{}
-			for _, v := range victims {
-				chosen[v.id] = true
-			}
-			for total > c.opts.MaxBytes && rows.Next() {
-				var v victim
-				if err := rows.Scan(&v.id, &v.size); err != nil {
-					rows.Close()
-					return res, err
-				}
-				if chosen[v.id] {
-					continue
-				}
-				victims = append(victims, v)
-				total -= v.size
-			}
-			rows.Close()
+			res.Reports++
+			res.Bytes += v.size
 		}
-	}
-	if len(victims) == 0 {
-		return res, nil
-	}
-	del, err := tx.Prepare(`DELETE FROM reports WHERE id = ?`)
-	if err != nil {
-		return res, err
-	}
-	defer del.Close()
-	ins, err := tx.Prepare(`INSERT OR IGNORE INTO gone (id, pruned) VALUES (?, ?)`)
-	if err != nil {
-		return res, err
-	}
-	defer ins.Close()
-	for _, v := range victims {
-		if _, err := del.Exec(v.id); err != nil {
-			return res, err
+		if _, err := tx.Exec(`UPDATE groups SET sample =
+			(SELECT r.id FROM reports r WHERE r.group_id = groups.id ORDER BY r.received DESC, r.id LIMIT 1)
+			WHERE sample IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.id = groups.sample)`); err != nil {
+			return err
 		}
-		if _, err := ins.Exec(v.id, now.Unix()); err != nil {
-			return res, err
-		}
-		res.Reports++
-		res.Bytes += v.size
-	}
-	if _, err := tx.Exec(`UPDATE groups SET sample =
-		(SELECT r.id FROM reports r WHERE r.group_id = groups.id ORDER BY r.received DESC, r.id LIMIT 1)
-		WHERE sample IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.id = groups.sample)`); err != nil {
-		return res, err
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil || res.Reports == 0 {
 		return res, err
 	}
 	// Give the freed pages back to the file system (auto_vacuum is

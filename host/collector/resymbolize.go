@@ -161,68 +161,65 @@ func (c *Collector) available() map[string]bool {
 }
 
 // regroup writes one old group's symbolized-again reports.
-func (c *Collector) regroup(old string, redos []redo) (*Merged, error) {
+func (c *Collector) regroup(old string, redos []redo) (merged *Merged, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	tx, err := c.db.Begin()
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	var kept int
-	if err := tx.QueryRow(`SELECT count(*) FROM reports WHERE group_id = ?`, old).Scan(&kept); err != nil {
-		return nil, err
-	}
-	targets := map[string]bool{}
-	for _, r := range redos {
-		targets[r.in.group] = true
-	}
-	var merged *Merged
-	whole := len(redos) == kept && len(targets) == 1 && !targets[old]
-	for _, r := range redos {
-		in := r.in
-		if in.group != old {
-			if err := addToGroup(tx, in.group, in.sig, in.r.Signal.Number, in.r.ID, in.seen); err != nil {
-				return nil, err
-			}
-			if whole {
-				// Counted below, with the old group's whole numbers.
-				if _, err := tx.Exec(`UPDATE groups SET count = count - 1 WHERE id = ?`, in.group); err != nil {
-					return nil, err
+	err = c.inTx(func(tx *sql.Tx) error {
+		var kept int
+		if err := tx.QueryRow(`SELECT count(*) FROM reports WHERE group_id = ?`, old).Scan(&kept); err != nil {
+			return err
+		}
+		targets := map[string]bool{}
+		for _, r := range redos {
+			targets[r.in.group] = true
+		}
+		whole := len(redos) == kept && len(targets) == 1 && !targets[old]
+		for _, r := range redos {
+			in := r.in
+			if in.group != old {
+				if err := addToGroup(tx, in.group, in.sig, in.r.Signal.Number, in.r.ID, in.seen); err != nil {
+					return err
 				}
-			} else {
-				if _, err := tx.Exec(`UPDATE groups SET count = count - 1 WHERE id = ?`, old); err != nil {
-					return nil, err
-				}
-				fs := facetsOf(in)
-				if err := addFacets(tx, old, fs, -1, in.seen, in.seen); err != nil {
-					return nil, err
-				}
-				if err := addFacets(tx, in.group, fs, 1, in.seen, in.seen); err != nil {
-					return nil, err
+				if whole {
+					// Counted below, with the old group's whole numbers.
+					if _, err := tx.Exec(`UPDATE groups SET count = count - 1 WHERE id = ?`, in.group); err != nil {
+						return err
+					}
+				} else {
+					if _, err := tx.Exec(`UPDATE groups SET count = count - 1 WHERE id = ?`, old); err != nil {
+						return err
+					}
+					fs := facetsOf(in)
+					if err := addFacets(tx, old, fs, -1, in.seen, in.seen); err != nil {
+						return err
+					}
+					if err := addFacets(tx, in.group, fs, 1, in.seen, in.seen); err != nil {
+						return err
+					}
 				}
 			}
+			if _, err := tx.Exec(`UPDATE reports SET group_id = ?, signature = ?, missing = ?, symbolized = ?, size = ?, lacking = ? WHERE id = ?`,
+				in.group, in.sig.Text, in.missing, in.symbolized, len(in.raw)+len(in.symbolized), in.lacking, r.id); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(`UPDATE reports SET group_id = ?, signature = ?, missing = ?, symbolized = ?, size = ?, lacking = ? WHERE id = ?`,
-			in.group, in.sig.Text, in.missing, in.symbolized, len(in.raw)+len(in.symbolized), in.lacking, r.id); err != nil {
-			return nil, err
+		if whole {
+			var to string
+			for t := range targets {
+				to = t
+			}
+			if err := mergeGroup(tx, old, to); err != nil {
+				return err
+			}
+			merged = &Merged{From: old, To: to}
+		} else if _, err := tx.Exec(`UPDATE groups SET sample =
+			(SELECT r.id FROM reports r WHERE r.group_id = groups.id ORDER BY r.received DESC, r.id LIMIT 1)
+			WHERE id = ?`, old); err != nil {
+			return err
 		}
-	}
-	if whole {
-		var to string
-		for t := range targets {
-			to = t
-		}
-		if err := mergeGroup(tx, old, to); err != nil {
-			return nil, err
-		}
-		merged = &Merged{From: old, To: to}
-	} else if _, err := tx.Exec(`UPDATE groups SET sample =
-		(SELECT r.id FROM reports r WHERE r.group_id = groups.id ORDER BY r.received DESC, r.id LIMIT 1)
-		WHERE id = ?`, old); err != nil {
-		return nil, err
-	}
-	return merged, tx.Commit()
+		return nil
+	})
+	return merged, err
 }
 
 // mergeGroup adds group from's numbers and facets to group to, and leaves

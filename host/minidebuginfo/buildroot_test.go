@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The Buildroot hook's script (BR2_PACKAGE_UNWOUND_MINIDEBUGINFO) on a
@@ -21,7 +23,7 @@ func TestBuildrootHookOnATargetDir(t *testing.T) {
 	target := t.TempDir()
 	prog := filepath.Join(target, "usr/bin/prog")
 	os.MkdirAll(filepath.Dir(prog), 0o755)
-	copyFile(t, full, prog)
+	testutil.CopyFile(t, full, prog)
 	script := filepath.Join(target, "usr/bin/script.sh")
 	os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755)
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The program of handler/module's fixtures: three functions that call
@@ -23,11 +24,7 @@ const src = "../../handler/module/testdata/mdi/mdi.c"
 // it returns the unstripped and the stripped file.
 func build(t *testing.T, cross string, flags ...string) (string, string) {
 	t.Helper()
-	for _, tool := range []string{cross + "gcc", cross + "strip", cross + "objcopy", "xz"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/deps.sh)", tool)
-		}
-	}
+	testutil.Need(t, cross+"gcc", cross+"strip", cross+"objcopy", "xz")
 	dir := t.TempDir()
 	full, stripped := filepath.Join(dir, "full"), filepath.Join(dir, "stripped")
 	args := append([]string{"-g", "-O1", "-nostdlib", "-static", "-o", full, src}, flags...)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 const (
@@ -88,7 +90,7 @@ func TestYoctoClassOnAPackageTree(t *testing.T) {
 				for _, d := range []string{filepath.Dir(prog), filepath.Dir(link), filepath.Dir(debug)} {
 					os.MkdirAll(d, 0o755)
 				}
-				copyFile(t, stripped, prog)
+				testutil.CopyFile(t, stripped, prog)
 				if out, err := exec.Command("arm-linux-gnueabihf-objcopy", "--only-keep-debug", full, debug).CombinedOutput(); err != nil {
 					t.Fatalf("objcopy: %v\n%s", err, out)
 				}
@@ -144,16 +146,5 @@ print(json.dumps({"pairs": pairs, "errors": unwound_mdi_run(pairs, sys.argv[3], 
 				}
 			})
 		}
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
 	}
 }

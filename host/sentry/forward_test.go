@@ -6,11 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/syncbuf"
 )
 
 // reports returns n real reports, copies of testdata's with ids of
@@ -25,30 +25,21 @@ func reports(t *testing.T, n int) []*report.Report {
 	return out
 }
 
+// logLines is the forwarder's log, which its goroutines write while the
+// test reads it; each line goes to the test's log too.
 type logLines struct {
-	t  *testing.T
-	mu sync.Mutex
-	l  []string
+	t *testing.T
+	b syncbuf.Buffer
 }
 
 func (l *logLines) logf(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	l.t.Log(s)
-	l.mu.Lock()
-	l.l = append(l.l, s)
-	l.mu.Unlock()
+	fmt.Fprintln(&l.b, s)
 }
 
-func (l *logLines) has(sub string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.l {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
-}
+// has reports whether a line so far holds sub (which has no newline).
+func (l *logLines) has(sub string) bool { return strings.Contains(l.b.String(), sub) }
 
 func newForwarder(t *testing.T, dsn *DSN, dir string, logs *logLines) *Forwarder {
 	t.Helper()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // threads64 is the benchmarks' report: testdata/threads64.c built -O2
@@ -23,7 +24,7 @@ import (
 // the options that find its debug files (the program's in a build-id
 // tree, the host's libc6-dbg in /usr/lib/debug).
 func threads64(b *testing.B) (*report.Report, Options) {
-	need(b, "gcc", "strip", "objcopy")
+	testutil.Need(b, "gcc", "strip", "objcopy")
 	arch := hostArch()
 	src, _ := filepath.Abs(filepath.Join("testdata", "threads64.c"))
 	text, err := os.ReadFile(src)
@@ -35,8 +36,8 @@ func threads64(b *testing.B) (*report.Report, Options) {
 	bin := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "threads64", Dir: filepath.Join(root, arch)}
 	if _, err := os.Stat(bin.Stripped()); err != nil {
 		os.MkdirAll(filepath.Dir(bin.Stripped()), 0o755)
-		run(b, "gcc", "-g", "-O2", "-pthread", "-Wl,--build-id", "-o", bin.Unstripped(), src)
-		run(b, "strip", "--remove-section=.comment", "--remove-section=.note", "-o", bin.Stripped()+".tmp", bin.Unstripped())
+		testutil.Run(b, "gcc", "-g", "-O2", "-pthread", "-Wl,--build-id", "-o", bin.Unstripped(), src)
+		testutil.Run(b, "strip", "--remove-section=.comment", "--remove-section=.note", "-o", bin.Stripped()+".tmp", bin.Unstripped())
 		if err := os.Rename(bin.Stripped()+".tmp", bin.Stripped()); err != nil {
 			b.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func measure(b *testing.B, launcher string, env []string, stdin []byte, name str
 // (rusage of the child) and the ratios. UNWOUND_BENCH_BEFORE names
 // another unwound binary (say, an earlier commit's) to measure beside.
 func BenchmarkColdProcess(b *testing.B) {
-	need(b, "go", "addr2line")
+	testutil.Need(b, "go", "addr2line")
 	llvm := ""
 	for _, n := range []string{"llvm-symbolizer", "llvm-symbolizer-14", "llvm-symbolizer-15", "llvm-symbolizer-16"} {
 		if p, err := exec.LookPath(n); err == nil {
@@ -176,7 +177,7 @@ func BenchmarkColdProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	tool := filepath.Join(work, "unwound")
-	run(b, "go", "build", "-o", tool, "../../cmd/unwound")
+	testutil.Run(b, "go", "build", "-o", tool, "../../cmd/unwound")
 
 	// The same PCs per module, from the same debug files.
 	perModule := map[string][]string{}
@@ -207,7 +208,7 @@ func BenchmarkColdProcess(b *testing.B) {
 	}
 	args = append(args, rep)
 	launcher := filepath.Join(work, "rusage")
-	run(b, "gcc", "-O2", "-o", launcher, filepath.Join("testdata", "rusage.c"))
+	testutil.Run(b, "gcc", "-O2", "-o", launcher, filepath.Join("testdata", "rusage.c"))
 	runUnwound := func(bin, cache string) usage {
 		return measure(b, launcher, append(os.Environ(), "UNWOUND_CACHE="+cache), nil, bin, args...)
 	}

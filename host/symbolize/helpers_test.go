@@ -4,37 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
-
-func need(t testing.TB, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-}
-
-func run(t testing.TB, name string, args ...string) []byte {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return out
-}
 
 // a2l is one line pair of addr2line -f -i output.
 type a2l struct{ fn, pos string }
@@ -42,7 +22,7 @@ type a2l struct{ fn, pos string }
 // addr2line runs `addr2line -a -f -i -C -e file` on addrs.
 func addr2line(t testing.TB, file string, addrs []uint64) [][]a2l {
 	t.Helper()
-	need(t, "addr2line")
+	testutil.Need(t, "addr2line")
 	if len(addrs) == 0 {
 		return nil
 	}
@@ -50,7 +30,7 @@ func addr2line(t testing.TB, file string, addrs []uint64) [][]a2l {
 	for _, a := range addrs {
 		args = append(args, fmt.Sprintf("%#x", a))
 	}
-	out := run(t, "addr2line", args...)
+	out := testutil.Run(t, "addr2line", args...)
 	var res [][]a2l
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	var lines []string
@@ -118,23 +98,14 @@ func sameAsAddr2line(ours []Location, theirs []a2l) string {
 // from the core with the stripped program.
 func crashReport(t testing.TB, b fixture.Binary, scenario string) *report.Report {
 	t.Helper()
-	core, kernel := fixture.Core(t, b, scenario)
-	opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(b.Arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-	if !kernel {
-		opts.Exe = b.Stripped()
-	}
-	r, err := handler.Offline(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return offline.Fixture(t, b, scenario, fixture.Sysroot(b.Arch))
 }
 
 // objcopy runs binutils' objcopy (multi-target on Debian).
 func objcopy(t testing.TB, args ...string) {
 	t.Helper()
-	need(t, "objcopy")
-	run(t, "objcopy", args...)
+	testutil.Need(t, "objcopy")
+	testutil.Run(t, "objcopy", args...)
 }
 
 // onlyKeepDebug makes a separate debug file of an unstripped binary.
@@ -160,20 +131,6 @@ func buildIDTree(t testing.TB, dir string, unstripped ...string) {
 			t.Fatalf("%s has no build id", u)
 		}
 		onlyKeepDebug(t, u, filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug"))
-	}
-}
-
-func copyFile(t testing.TB, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestBuildrootStaging is Buildroot's layout: the board runs stripped
@@ -21,16 +22,16 @@ func TestBuildrootStaging(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crashes a program: not in -short")
 	}
-	need(t, "gcc", "strip", "addr2line")
+	testutil.Need(t, "gcc", "strip", "addr2line")
 	arch := hostArch()
 	src := filepath.Join(fixture.Root(), "testdata", "crash", "crash.c")
 	root := t.TempDir()
 	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: filepath.Join(root, arch)}
 	os.MkdirAll(filepath.Dir(b.Stripped()), 0o755)
-	run(t, "gcc", "-g", "-O2", "-pthread", "-Wl,--build-id=none", "-o", b.Unstripped(), src)
-	run(t, "strip", "--remove-section=.comment", "--remove-section=.note", "-o", b.Stripped(), b.Unstripped())
+	testutil.Run(t, "gcc", "-g", "-O2", "-pthread", "-Wl,--build-id=none", "-o", b.Unstripped(), src)
+	testutil.Run(t, "strip", "--remove-section=.comment", "--remove-section=.note", "-o", b.Stripped(), b.Unstripped())
 	stale := filepath.Join(root, "stale")
-	run(t, "gcc", "-g", "-O2", "-fno-inline", "-pthread", "-Wl,--build-id=none", "-o", stale, src)
+	testutil.Run(t, "gcc", "-g", "-O2", "-fno-inline", "-pthread", "-Wl,--build-id=none", "-o", stale, src)
 
 	r := crashReport(t, b, "nullwrite")
 	pm := -1
@@ -50,7 +51,7 @@ func TestBuildrootStaging(t *testing.T) {
 
 	t.Run("staging", func(t *testing.T) {
 		staging := t.TempDir()
-		copyFile(t, b.Unstripped(), filepath.Join(staging, "usr/bin/crash"))
+		testutil.CopyFile(t, b.Unstripped(), filepath.Join(staging, "usr/bin/crash"))
 		s := New(Options{Sysroot: staging})
 		defer s.Close()
 		res := s.Symbolize(r)
@@ -78,7 +79,7 @@ func TestBuildrootStaging(t *testing.T) {
 
 	t.Run("stale-staging", func(t *testing.T) {
 		staging := t.TempDir()
-		copyFile(t, stale, filepath.Join(staging, "usr/bin/crash"))
+		testutil.CopyFile(t, stale, filepath.Join(staging, "usr/bin/crash"))
 		s := New(Options{Sysroot: staging})
 		defer s.Close()
 		res := s.Symbolize(r)

@@ -5,19 +5,18 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	hmodule "github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
+	"github.com/unwound-dev/unwound/testkit/offline"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 var cases = []struct{ variant, scenario string }{
@@ -67,7 +66,7 @@ func TestMatchesAddr2lineAndGDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixture comparisons: not in -short")
 	}
-	need(t, "addr2line", "objcopy")
+	testutil.Need(t, "addr2line", "objcopy")
 	total, gdbTotal, inlined := 0, 0, 0
 	for _, arch := range []string{"x86_64", "aarch64", "arm", "riscv64"} {
 		arch := arch
@@ -121,10 +120,7 @@ func labCoresFor(t *testing.T, arch, dir string) (map[string]string, string) {
 // labFixtureCrash is a crash whose core a real kernel made under QEMU.
 func labFixtureCrash(t *testing.T, b fixture.Binary, scenario string, cores map[string]string, root string) fixtureCrash {
 	core := cores[labcore.Crash{Variant: b.Variant, Prog: b.Prog, Scenario: scenario}.Name()]
-	r, err := handler.Offline(handler.OfflineOptions{CoreFile: core, Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := offline.Report(t, core, root, "")
 	return fixtureCrash{b: b, scenario: scenario, report: r, core: core, sysroot: root, prog: "/bin/" + b.Variant + "/" + b.Prog}
 }
 
@@ -295,13 +291,13 @@ func TestInlinedO2(t *testing.T) {
 					if cc[0] != "gcc" && testing.Short() {
 						t.Skip("cross compilers: not in -short")
 					}
-					need(t, cc[0], "addr2line")
+					testutil.Need(t, cc[0], "addr2line")
 					exe := filepath.Join(t.TempDir(), "inline")
 					args := append(cc[1:len(cc):len(cc)], "-O2", dw, "-o", exe, src)
 					if z != "" {
 						args = append(args, z)
 					}
-					run(t, cc[0], args...)
+					testutil.Run(t, cc[0], args...)
 					n += compareText(t, exe)
 				})
 			}
@@ -315,12 +311,12 @@ func TestInlinedO2(t *testing.T) {
 // entry, compressed or not; the compressed one twice with an on-disk
 // index: the first run writes it, the second reads it.
 func TestWithoutArangesAndIndex(t *testing.T) {
-	need(t, "gcc", "objcopy", "addr2line")
+	testutil.Need(t, "gcc", "objcopy", "addr2line")
 	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
 	for _, z := range []string{"-gz=none", "-gz"} {
 		exe := filepath.Join(t.TempDir(), "inline")
-		run(t, "gcc", "-O2", "-g", z, "-o", exe, src)
-		run(t, "objcopy", "--remove-section=.debug_aranges", exe)
+		testutil.Run(t, "gcc", "-O2", "-g", z, "-o", exe, src)
+		testutil.Run(t, "objcopy", "--remove-section=.debug_aranges", exe)
 		if z == "-gz=none" {
 			compareText(t, exe)
 			continue
@@ -420,7 +416,7 @@ func layoutReport(t *testing.T, variant string, tools ...string) (*report.Report
 	if testing.Short() {
 		t.Skip("fixtures: not in -short")
 	}
-	need(t, append([]string{"objcopy"}, tools...)...)
+	testutil.Need(t, append([]string{"objcopy"}, tools...)...)
 	arch := hostArch()
 	dir := fixture.Build(t, arch)
 	b := fixture.Binary{Arch: arch, Variant: variant, Prog: "crash", Dir: dir}
@@ -485,7 +481,7 @@ func TestLayouts(t *testing.T) {
 			case "debug-dir":
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(dbg, "usr/bin/crash.debug"))
 			case ".debug":
-				copyFile(t, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
+				testutil.CopyFile(t, b.Stripped(), filepath.Join(root, "usr/bin/crash"))
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash"))
 			case ".debug-suffixed":
 				onlyKeepDebug(t, b.Unstripped(), filepath.Join(root, "usr/bin/.debug/crash.debug"))
@@ -613,7 +609,7 @@ func TestMiniDebugInfo(t *testing.T) {
 	mini := filepath.Join(work, "mini")
 	objcopy(t, "--only-keep-debug", b.Unstripped(), mini)
 	objcopy(t, "--strip-debug", "--remove-section=.comment", mini)
-	run(t, "xz", "-k", mini)
+	testutil.Run(t, "xz", "-k", mini)
 	os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
 	objcopy(t, "--add-section", ".gnu_debugdata="+mini+".xz", b.Stripped(), filepath.Join(root, "usr/bin/crash"))
 
@@ -724,10 +720,10 @@ func aliases(t *testing.T, b fixture.Binary, f Frame, a, c string) bool {
 // build ID of a program built from testdata/inline.c, at its main.
 func vdsoReport(t *testing.T) (*report.Report, string) {
 	t.Helper()
-	need(t, "gcc", "objcopy")
+	testutil.Need(t, "gcc", "objcopy")
 	src, _ := filepath.Abs(filepath.Join("testdata", "inline.c"))
 	so := filepath.Join(t.TempDir(), "vdso.so.dbg")
-	run(t, "gcc", "-O2", "-g", "-Wl,--build-id", "-o", so, src)
+	testutil.Run(t, "gcc", "-O2", "-g", "-Wl,--build-id", "-o", so, src)
 	e, err := openELF(so)
 	if err != nil {
 		t.Fatal(err)

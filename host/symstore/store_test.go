@@ -2,7 +2,6 @@ package symstore
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,28 +11,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/symbolize"
 	"github.com/unwound-dev/unwound/testkit/fixture"
 	"github.com/unwound-dev/unwound/testkit/labcore"
+	"github.com/unwound-dev/unwound/testkit/offline"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
-
-func need(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
 
 func copyTo(t *testing.T, from, to string) {
 	t.Helper()
@@ -65,8 +48,8 @@ func yoctoTree(t *testing.T, root, objcopy, unstripped, prog string) {
 	bin := filepath.Join(ps, prog, "usr/bin", prog)
 	os.MkdirAll(filepath.Dir(dbg), 0o755)
 	os.MkdirAll(filepath.Dir(bin), 0o755)
-	run(t, objcopy, "--only-keep-debug", unstripped, dbg)
-	run(t, objcopy, "--strip-all", "--add-gnu-debuglink="+dbg, unstripped, bin)
+	testutil.Run(t, objcopy, "--only-keep-debug", unstripped, dbg)
+	testutil.Run(t, objcopy, "--strip-all", "--add-gnu-debuglink="+dbg, unstripped, bin)
 	os.WriteFile(filepath.Join(ps, prog, "usr/bin/script.sh"), []byte("#!/bin/sh\n"), 0o755)
 	os.MkdirAll(filepath.Join(root, "tmp/work/cortexa57-poky-linux", prog, "1.0-r0/temp"), 0o755)
 	os.WriteFile(filepath.Join(root, "tmp/work/cortexa57-poky-linux", prog, "1.0-r0/temp/log.do_package"), []byte("log"), 0o644)
@@ -81,7 +64,7 @@ func buildrootTree(t *testing.T, root, strip, unstripped, prog string) {
 	os.WriteFile(filepath.Join(root, "output/build", prog+"-1.0", prog+".c"), []byte("int main;"), 0o644)
 	target := filepath.Join(root, "output/target/usr/bin", prog)
 	os.MkdirAll(filepath.Dir(target), 0o755)
-	run(t, strip, "-o", target, unstripped)
+	testutil.Run(t, strip, "-o", target, unstripped)
 	sysroot := filepath.Join(root, "output/host/aarch64-buildroot-linux-gnu/sysroot")
 	os.MkdirAll(filepath.Join(sysroot, "usr/lib"), 0o755)
 	os.Symlink(sysroot, filepath.Join(root, "output/staging"))
@@ -99,7 +82,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 		t.Skip("fixtures: not in -short")
 	}
 	const arch = "aarch64"
-	need(t, "aarch64-linux-gnu-objcopy", "aarch64-linux-gnu-strip", "addr2line")
+	testutil.Need(t, "aarch64-linux-gnu-objcopy", "aarch64-linux-gnu-strip", "addr2line")
 	fx := fixture.Build(t, arch)
 	// Static programs: their libc is theirs, so the store holds every
 	// frame's debug file (the cross sysroot's libc has no symbols).
@@ -109,7 +92,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 	yoctoTree(t, filepath.Join(work, "poky/build"), "aarch64-linux-gnu-objcopy", crash.Unstripped(), "crash")
 	buildrootTree(t, filepath.Join(work, "br"), "aarch64-linux-gnu-strip", crashxx.Unstripped(), "crashxx")
 	// A file without a build ID.
-	run(t, "aarch64-linux-gnu-objcopy", "--remove-section=.note.gnu.build-id", crash.Stripped(), filepath.Join(work, "br/output/target/usr/bin/noid"))
+	testutil.Run(t, "aarch64-linux-gnu-objcopy", "--remove-section=.note.gnu.build-id", crash.Stripped(), filepath.Join(work, "br/output/target/usr/bin/noid"))
 
 	st, err := Open(filepath.Join(work, "collector/symbols"))
 	if err != nil {
@@ -169,15 +152,7 @@ func TestAddYoctoAndBuildroot(t *testing.T) {
 		b        fixture.Binary
 		scenario string
 	}{{crash, "abort"}, {crash, "recursion"}, {crashxx, "throw"}} {
-		core, kernel := fixture.Core(t, c.b, c.scenario)
-		opts := handler.OfflineOptions{CoreFile: core, Sysroot: fixture.Sysroot(arch), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-		if !kernel {
-			opts.Exe = c.b.Stripped()
-		}
-		r, err := handler.Offline(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := offline.Fixture(t, c.b, c.scenario, fixture.Sysroot(arch))
 		s := symbolize.New(symbolize.Options{DebugDirs: []string{st.Dir}, Sysroot: fixture.Sysroot(arch)})
 		out := s.Symbolize(r)
 		s.Close()
@@ -214,7 +189,7 @@ func TestLabReportsFromStore(t *testing.T) {
 		t.Skip("QEMU lab: not in -short")
 	}
 	const arch = "riscv64"
-	need(t, "riscv64-linux-gnu-objcopy", "riscv64-linux-gnu-strip")
+	testutil.Need(t, "riscv64-linux-gnu-objcopy", "riscv64-linux-gnu-strip")
 	fx := fixture.Build(t, arch)
 	crashes := []labcore.Crash{
 		{Variant: "O2-static", Prog: "crash", Scenario: "recursion"},
@@ -238,10 +213,7 @@ func TestLabReportsFromStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range crashes {
-		r, err := handler.Offline(handler.OfflineOptions{CoreFile: cores[c.Name()], Sysroot: root, Config: config.Default(), Log: handler.NewLogger(io.Discard)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := offline.Report(t, cores[c.Name()], root, "")
 		s := symbolize.New(symbolize.Options{DebugDirs: []string{st.Dir}, Sysroot: root})
 		out := s.Symbolize(r)
 		s.Close()
@@ -284,11 +256,11 @@ func TestDebuginfodServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	need(t, "gcc")
+	testutil.Need(t, "gcc")
 	self := filepath.Join(t.TempDir(), "prog")
 	src := self + ".c"
 	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
-	run(t, "gcc", "-g", "-Wl,--build-id", "-o", self, src)
+	testutil.Run(t, "gcc", "-g", "-Wl,--build-id", "-o", self, src)
 	id := buildID(t, self)
 	link := filepath.Join(t.TempDir(), "prog-link")
 	os.Symlink(self, link)
@@ -303,17 +275,7 @@ func TestDebuginfodServer(t *testing.T) {
 	defer srv.Close()
 	want, _ := os.ReadFile(self)
 	req := func(method, path, token string) (*http.Response, []byte) {
-		r, _ := http.NewRequest(method, srv.URL+path, nil)
-		if token != "" {
-			r.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return testutil.Request(t, nil, method, srv.URL+path, token, nil)
 	}
 	for _, kind := range []string{"debuginfo", "executable"} {
 		resp, body := req("GET", "/buildid/"+strings.ToUpper(id)+"/"+kind, "sekrit")
@@ -357,7 +319,7 @@ func TestGDBFetchesFromStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fixtures: not in -short")
 	}
-	need(t, "gdb-multiarch")
+	testutil.Need(t, "gdb-multiarch")
 	const arch = "aarch64"
 	fx := fixture.Build(t, arch)
 	b := fixture.Binary{Arch: arch, Variant: "O2-dynamic", Prog: "crash", Dir: fx}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // crash is the synthetic part of a test report.
@@ -220,14 +221,7 @@ func TestLoginSessionLogout(t *testing.T) {
 	}
 
 	// A bearer header reads the page without a session (curl, scripts).
-	req, _ := http.NewRequest("GET", s.URL+"/", nil)
-	req.Header.Set("Authorization", "Bearer read-tok")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp, _ := testutil.Request(t, nil, "GET", s.URL+"/", "read-tok", nil); resp.StatusCode != 200 {
 		t.Errorf("bearer: %s", resp.Status)
 	}
 }
@@ -291,12 +285,7 @@ func TestClientCertificate(t *testing.T) {
 	defer s.Close()
 	cl := s.Client()
 	cl.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}
-	resp, err := cl.Get(s.URL + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp, _ := testutil.Request(t, cl, "GET", s.URL+"/", "", nil); resp.StatusCode != 200 {
 		t.Fatalf("verified client certificate: %s", resp.Status)
 	}
 }

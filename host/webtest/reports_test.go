@@ -4,17 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/unwound-dev/unwound/config"
-	"github.com/unwound-dev/unwound/handler"
 	"github.com/unwound-dev/unwound/host/collector"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
 )
 
 // A lab release is a build of the fixture programs (its own compiler,
@@ -59,15 +57,7 @@ func labFleet(t *testing.T, now time.Time) (reports [][]byte, symbols map[string
 				if _, err := os.Stat(b.Stripped()); err != nil {
 					t.Skipf("%s: not built here", b.Stripped())
 				}
-				core, kernel := fixture.Core(t, b, s)
-				opts := handler.OfflineOptions{CoreFile: core, Sysroot: b.Sysroot(), Config: config.Default(), Log: handler.NewLogger(io.Discard)}
-				if !kernel {
-					opts.Exe = b.Stripped()
-				}
-				r, err := handler.Offline(opts)
-				if err != nil {
-					t.Fatalf("%s %s %s: %v", arch, rel.variant, s, err)
-				}
+				r := offline.Fixture(t, b, s, b.Sysroot())
 				// The program's symbols, and the libraries' (their
 				// .dynsym names abort, raise and memcpy), as a team
 				// would upload them with unwound symbols add.

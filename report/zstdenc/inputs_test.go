@@ -2,14 +2,13 @@ package zstdenc_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/report/jsonlite"
 )
 
@@ -20,20 +19,11 @@ func realReport(t testing.TB, name string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := zstd.NewReader(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
-	js, err := dec.DecodeAll(z, nil)
+	r, err := decode.Report(z)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	var r report.Report
-	if err := json.Unmarshal(js, &r); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	out, err := jsonlite.Marshal(&r)
+	out, err := jsonlite.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}

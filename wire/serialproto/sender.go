@@ -278,15 +278,11 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 			if err != nil {
 				return 0, err
 			}
-			switch f.Type {
-			case TDone:
+			done, acked, _ := x.answer(f, r)
+			if done {
 				return r.Status, nil
-			case TAck:
-				if r.Offset <= x.size {
-					x.ack(r)
-					got = true
-				}
 			}
+			got = acked
 		}
 		if !got {
 			timeouts++
@@ -354,21 +350,20 @@ func (s *Sender) Send(ctx context.Context, id ID, data []byte) (Status, error) {
 				mark = time.Now()
 				continue
 			}
-			// The offer loop above handles a reply alike, but it stops
-			// at the first ack while this one drives the window (acks
-			// advance it, naks resend, timeouts back off).
+			// The offer loop above stops at the first ack; this one
+			// drives the window (acks advance it, naks resend, timeouts
+			// back off).
 			if err != nil {
 				return 0, err
 			}
-			switch f.Type {
-			case TDone:
+			done, _, progress := x.answer(f, r)
+			switch {
+			case done:
 				return r.Status, nil
-			case TAck:
-				if r.Offset <= x.size && x.ack(r) {
-					timeouts, probed = 0, false
-					mark = time.Now()
-				}
-			case TNak:
+			case progress:
+				timeouts, probed = 0, false
+				mark = time.Now()
+			case f.Type == TNak:
 				if r.Offset == 0 && r.Reason != "" {
 					// Checksum failed at the end: start over.
 					x.restart()
@@ -524,6 +519,22 @@ func (x *xfer) probe() error {
 
 func (x *xfer) send(off, n uint32) (uint32, error) {
 	return x.s.c.Send(TData, Data{Xfer: x.offer, Offset: off, Bytes: x.data[off : off+n]}.Encode())
+}
+
+// answer takes in a reply about the transfer: done when it is the
+// receiver's last word (its status in r.Status), acked when it is an ack
+// within the report, taken in, with progress when the receiver holds
+// more than before. Other replies change nothing here.
+func (x *xfer) answer(f Frame, r Reply) (done, acked, progress bool) {
+	switch f.Type {
+	case TDone:
+		return true, false, false
+	case TAck:
+		if r.Offset <= x.size {
+			return false, true, x.ack(r)
+		}
+	}
+	return false, false, false
 }
 
 // ack takes in what an ack says the receiver holds; it reports progress.
