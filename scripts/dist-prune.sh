@@ -15,6 +15,8 @@ set -eu
 tree=${1:?usage: dist-prune.sh TREE}
 cd "$tree"
 rm -rf host/collector host/web host/webtest host/loadtest host/sentry host/signature
+# The tests' reader of a collector's database goes with it.
+rm -rf testkit/collectortest
 rm -f cmd/unwound/serve.go cmd/unwound/crashes.go cmd/unwound/sentry.go
 # make demo ends in a collector; the demo is the git tree's, not a build's.
 rm -rf qemu/cmd/demo
