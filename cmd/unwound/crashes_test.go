@@ -20,6 +20,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/collectortest"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
@@ -33,7 +34,7 @@ func crashReport(t *testing.T, variant, prog, scenario string) (*report.Report, 
 	}
 	b := fixture.Binary{Arch: "x86_64", Variant: variant, Prog: prog, Dir: fixture.Build(t, "x86_64")}
 	core, _ := fixture.Core(t, b, scenario)
-	return offlineReport(t, core, "/", ""), b
+	return offline.Report(t, core, "/", ""), b
 }
 
 // withRelease is a report as a board of release version would send it,

@@ -19,6 +19,7 @@ import (
 	"github.com/unwound-dev/unwound/host/sentry/sentrytest"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 )
 
@@ -193,7 +194,7 @@ func TestSentrySendSymbolized(t *testing.T) {
 	if len(cores) == 0 {
 		t.Skip("no core written")
 	}
-	r := offlineReport(t, cores[0], "/", prog)
+	r := offline.Report(t, cores[0], "/", prog)
 	rep := filepath.Join(tmp, r.ID+".json.zst")
 	writeReport(t, r, rep)
 

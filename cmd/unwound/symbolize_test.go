@@ -19,6 +19,7 @@ import (
 
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/offline"
 	"github.com/unwound-dev/unwound/testkit/testbin"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
@@ -169,7 +170,7 @@ func nullwriteReport(t *testing.T, arch string, b fixture.Binary, dir string) (*
 	if !kernel {
 		exe = b.Stripped()
 	}
-	r := offlineReport(t, core, fixture.Sysroot(arch), exe)
+	r := offline.Report(t, core, fixture.Sysroot(arch), exe)
 	rep := filepath.Join(dir, "0000000001-798a81a1.json.zst")
 	writeReport(t, r, rep)
 	return r, rep
