@@ -30,11 +30,12 @@ func (c *crash) pipeline(work func(*crash) *report.Report) *report.Report {
 			if !ok {
 				return nil
 			}
+			// The ticket is settled before its slot is released: by
+			// the store (stored, or lost and counted), below when a
+			// supervised child stored the report, or at the hard
+			// deadline. One released unsettled (a panic) is counted
+			// as handler_killed by the next admission.
 			defer ticket.Release()
-			// Settled before the slot is released (defers run last
-			// first): stored, by the store or a supervised child, or
-			// lost, counted by the store or at the hard deadline.
-			defer ticket.Settle("", 0)
 			c.out.ticket = ticket
 			c.env.hard.hold(ticket)
 		}
@@ -57,6 +58,9 @@ func (c *crash) pipeline(work func(*crash) *report.Report) *report.Report {
 	}
 	if r != nil && c.in.queued {
 		c.store(r)
+	}
+	if r == nil {
+		c.out.ticket.Settle("", 0) // the supervised child stored it
 	}
 	return r
 }

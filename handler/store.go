@@ -19,7 +19,8 @@ func (c *crash) store(r *report.Report) int {
 	r.Handler.MaxRSSKiB = c.treeRSS()
 	z, err := report.Encode(r)
 	if err != nil {
-		c.env.log.Errorf("encoding the report: %v", err)
+		c.env.log.Errorf("report %s for pid %d lost: encoding: %v", r.ID, r.PID, err)
+		c.lost("write_error")
 		return 0
 	}
 	// Encoding allocates too: measured again, and said again if it grew.

@@ -269,6 +269,11 @@ func TestSupervisedChildReports(t *testing.T) {
 		if r.Handler.Mode != "stream" || len(r.Threads) != 2 {
 			t.Errorf("supervise=%s: mode %q, %d threads, errors %q", sup, r.Handler.Mode, len(r.Threads), r.Errors)
 		}
+		// Stored, so settled: nothing held for the next admission to
+		// take for a killed handler.
+		if got := admit.Pending(filepath.Join(filepath.Dir(h.qdir), "run")); len(got) != 0 {
+			t.Errorf("supervise=%s: pending after a stored report: %v", sup, got)
+		}
 	}
 }
 
