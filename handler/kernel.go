@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
@@ -166,25 +167,18 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 // handler_killed.)
 type hardDeadline struct {
 	timer  *time.Timer
-	mu     sync.Mutex
-	ticket *admit.Ticket // the crash being handled, nil before admission
+	ticket atomic.Pointer[admit.Ticket] // the crash being handled, nil before admission
 }
 
 // hold sets the admitted crash the deadline settles.
 func (h *hardDeadline) hold(t *admit.Ticket) {
-	if h == nil {
-		return
+	if h != nil {
+		h.ticket.Store(t)
 	}
-	h.mu.Lock()
-	h.ticket = t
-	h.mu.Unlock()
 }
 
 func (h *hardDeadline) settle(lg *Logger) {
-	h.mu.Lock()
-	t := h.ticket
-	h.mu.Unlock()
-	if t.Settle("deadline", 300*time.Millisecond) {
+	if h.ticket.Load().Settle("deadline", 300*time.Millisecond) {
 		lg.Errorf("the crash is counted as dropped (deadline) in the next report")
 	}
 }

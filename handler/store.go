@@ -122,6 +122,5 @@ func (c *crash) lost(reason string) {
 	}
 	// A supervised child: its parent holds the ticket, and settles it
 	// once the child says it is done.
-	admit.Restore(c.env.policy, c.out.dropped)
-	admit.Drop(c.env.policy, reason)
+	admit.Lost(c.env.policy, c.out.dropped, reason)
 }

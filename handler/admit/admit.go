@@ -91,18 +91,25 @@ func (t *Ticket) Settle(reason string, within time.Duration) bool {
 	if dir == "" {
 		return false
 	}
+	return update(dir, within, func(st *state) {
+		t.dir = "" // settled, once the lock is held
+		delete(st.Held, t.n)
+		if reason != "" {
+			st.lose(t.Dropped, reason)
+		}
+	})
+}
+
+// update changes the state under its lock, waiting for the lock at most
+// within when > 0, and reports whether it saved the change.
+func update(dir string, within time.Duration, change func(*state)) bool {
 	lock := lockState(dir, within)
 	if lock == nil {
 		return false
 	}
 	defer lock.Close()
 	st := load(dir)
-	delete(st.Held, t.n)
-	if reason != "" {
-		st.give(t.Dropped)
-		st.Dropped[reason]++
-	}
-	t.dir = ""
+	change(st)
 	return save(dir, st) == nil
 }
 
@@ -136,11 +143,13 @@ type state struct {
 	Held    map[int]map[string]int // by slot: the drops the crash carries
 }
 
-// give adds counts to the drops.
-func (st *state) give(counts map[string]int) {
-	for k, v := range counts {
+// lose counts a crash lost for reason, and gives back the drops its
+// report was to carry.
+func (st *state) lose(carried map[string]int, reason string) {
+	for k, v := range carried {
 		st.Dropped[k] += v
 	}
+	st.Dropped[reason]++
 }
 
 // reapHeld counts the held crashes whose handler is gone: its slot is
@@ -156,8 +165,7 @@ func (st *state) reapHeld(dir string, mine int) {
 			}
 			f.Close()
 		}
-		st.give(carried)
-		st.Dropped[ReasonKilled]++
+		st.lose(carried, ReasonKilled)
 		delete(st.Held, n)
 	}
 }
@@ -246,22 +254,11 @@ func Check(p Policy, exe string) (*Ticket, error) {
 	return t, nil
 }
 
-// Restore gives drops back to the state when the report that carried them
-// could not be written, so they are not lost.
-func Restore(p Policy, dropped map[string]int) {
-	if len(dropped) == 0 {
-		return
-	}
-	lock, err := flock.Open(filepath.Join(p.Dir, "rate.lock"), unix.LOCK_EX)
-	if err != nil {
-		return
-	}
-	defer lock.Close()
-	st := load(p.Dir)
-	for k, v := range dropped {
-		st.Dropped[k] += v
-	}
-	save(p.Dir, st)
+// Lost counts a crash whose report could not be written, and gives back
+// the drops it carried, so that neither is lost: for a supervised child,
+// whose parent holds the ticket (Ticket.Settle does the same).
+func Lost(p Policy, carried map[string]int, reason string) {
+	update(p.Dir, 0, func(st *state) { st.lose(carried, reason) })
 }
 
 // Pending returns the drops counted since the last admitted report: what
@@ -281,14 +278,7 @@ func Pending(dir string) map[string]int {
 func Drop(p Policy, reason string) { record(p.Dir, reason) }
 
 func record(dir, reason string) {
-	lock, err := flock.Open(filepath.Join(dir, "rate.lock"), unix.LOCK_EX)
-	if err != nil {
-		return
-	}
-	defer lock.Close()
-	st := load(dir)
-	st.Dropped[reason]++
-	save(dir, st)
+	update(dir, 0, func(st *state) { st.Dropped[reason]++ })
 }
 
 func exeKey(exe string) string {
