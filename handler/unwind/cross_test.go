@@ -5,25 +5,8 @@ package unwind
 
 import (
 	"debug/elf"
-	"os/exec"
 	"testing"
 )
-
-// needTool skips the test when the program name is not installed.
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skip("needs " + name)
-	}
-}
-
-// run runs a build step, failing the test with its output.
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-}
 
 // symbols is the symbol table of the ELF file at path, the reference the
 // analyses of its stripped code are checked against.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/module"
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // linkedPLT links a small program calling puts with a cross compiler and a
@@ -15,7 +16,7 @@ import (
 // toolchain is missing.
 func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	t.Helper()
-	needTool(t, cc)
+	testutil.Need(t, cc)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "p.c")
 	prog := "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n"
@@ -31,7 +32,7 @@ func linkedPLT(t *testing.T, cc, ld string, flags ...string) *module.File {
 	exe := filepath.Join(dir, "p")
 	args := append([]string{"-O2", "-o", exe, src}, flags...)
 	if ld != "bfd" {
-		needTool(t, "ld."+ld)
+		testutil.Need(t, "ld."+ld)
 		// A cross gcc looks for ld.<name> in its own program path.
 		bin := filepath.Join(dir, "bin")
 		os.Mkdir(bin, 0o755)

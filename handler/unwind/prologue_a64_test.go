@@ -9,6 +9,7 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/cfi"
 	"github.com/unwound-dev/unwound/handler/unwind/prologue"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The AArch64 prologue analyzer against the compiler's own tables: a
@@ -21,13 +22,13 @@ import (
 // get wrong.
 func TestAArch64PrologueAgreesWithCFI(t *testing.T) {
 	const cc = "aarch64-linux-gnu-gcc"
-	needTool(t, cc)
+	testutil.Need(t, cc)
 	src := filepath.Join("..", "..", "testdata", "crash", "crash.c")
 	for _, flags := range [][]string{{"-O0"}, {"-O2"}, {"-O2", "-fomit-frame-pointer"}} {
 		t.Run(flags[len(flags)-1], func(t *testing.T) {
 			exe := filepath.Join(t.TempDir(), "crash")
 			args := append(append([]string{}, flags...), "-g", "-static", "-pthread", "-fasynchronous-unwind-tables", "-o", exe, src)
-			run(t, cc, args...)
+			testutil.Run(t, cc, args...)
 			syms := symbols(t, exe)
 			f := loadFile(t, exe)
 			if f.EHFrame == nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // ARM and Thumb calls name function starts too: swept in the file's own
@@ -18,7 +19,7 @@ import (
 // unstripped file are the reference; the sweep reads the stripped copy.
 func TestCallTargetsARM(t *testing.T) {
 	const cc = "arm-linux-gnueabihf-gcc"
-	needTool(t, cc)
+	testutil.Need(t, cc)
 	src := `
 __attribute__((noinline)) int leaf(int x) { return x * 3; }
 __attribute__((noinline)) int mid(int x) { return leaf(x) + leaf(x + 1); }
@@ -33,8 +34,8 @@ int main(int argc, char **argv) { (void)argv; return top(argc) + 1; }
 				t.Fatal(err)
 			}
 			exe, stripped := filepath.Join(dir, "p"), filepath.Join(dir, "p.stripped")
-			run(t, cc, "-O2", mode, "-static", "-o", exe, c)
-			run(t, "arm-linux-gnueabihf-strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, exe)
+			testutil.Run(t, cc, "-O2", mode, "-static", "-o", exe, c)
+			testutil.Run(t, "arm-linux-gnueabihf-strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, exe)
 			starts := map[uint64]string{}
 			for _, s := range symbols(t, exe) {
 				if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
