@@ -16,6 +16,7 @@ import (
 	"github.com/unwound-dev/unwound/queue"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // What the package's tests do again and again: configure a kernel-mode
@@ -143,9 +144,7 @@ func buildC(t testing.TB, dir, name, src string, flags ...string) string {
 		t.Fatal(err)
 	}
 	args := append(append(flags, "-pthread", "-o", prog), prog+".c")
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	testutil.Run(t, "gcc", args...)
 	return prog
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestHeuristicsAgainstGDB measures the unwinder's heuristics on code
@@ -280,12 +281,8 @@ func buildNoTables(t *testing.T, arch string) (string, []string) {
 		}
 		args := append([]string{"-g"}, strings.Fields(flags)...)
 		args = append(args, "-fno-unwind-tables", "-fno-asynchronous-unwind-tables", "-pthread", "-Wl,--build-id", "-o", filepath.Join(d, "crash"), src)
-		if out, err := exec.Command(cross+"gcc", args...).CombinedOutput(); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		if out, err := exec.Command(cross+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", filepath.Join(d, "stripped", "crash"), filepath.Join(d, "crash")).CombinedOutput(); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		testutil.Run(t, cross+"gcc", args...)
+		testutil.Run(t, cross+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", filepath.Join(d, "stripped", "crash"), filepath.Join(d, "crash"))
 		variants = append(variants, v)
 	}
 	sort.Strings(variants)

@@ -78,10 +78,7 @@ func TestHost(t *testing.T) {
 	}
 	fx := fixture.Build(t, "x86_64")
 	bin, cfg, qdir, saveDir := hostHandler(t, dir, true)
-	line, err := exec.Command(bin, "--config", cfg, "--core-pattern").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, line)
-	}
+	line := testutil.Run(t, bin, "--config", cfg, "--core-pattern")
 	t.Logf("core_pattern: %s", line)
 	installCorePattern(t, strings.TrimSpace(string(line)))
 	q := openQueue(t, qdir)
@@ -153,10 +150,7 @@ func TestHostPidfd(t *testing.T) {
 	}
 	bin, cfg, qdir, _ := hostHandler(t, dir, true)
 	prog := buildC(t, dir, "crasher", crashSrc, "-O2")
-	out, err := exec.Command(bin, "--config", cfg, "--pidfd", "on", "--core-pattern").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	out := testutil.Run(t, bin, "--config", cfg, "--pidfd", "on", "--core-pattern")
 	line := strings.TrimSpace(string(out))
 	if !strings.Contains(line, sysctl.PidfdArg) {
 		t.Fatalf("line %q has no %s", line, sysctl.PidfdArg)

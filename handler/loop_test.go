@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/config"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // loopingModule assembles an AArch64 program whose only FDE keeps the
@@ -39,10 +40,7 @@ _start:
 	if err := os.MkdirAll(filepath.Dir(exe), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(cc, "-nostdlib", "-static", "-Wl,-Ttext-segment=0x400000", "-Wl,--build-id", "-o", exe, src).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", cc, err, out)
-	}
+	testutil.Run(t, cc, "-nostdlib", "-static", "-Wl,-Ttext-segment=0x400000", "-Wl,--build-id", "-o", exe, src)
 }
 
 // A CFI rule that loops with a rising SP, in a two-thread core: each

@@ -19,6 +19,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/coredump"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestPrivacyPlantedSecrets crashes a real program (host kernel, under
@@ -49,9 +50,7 @@ func TestPrivacyPlantedSecrets(t *testing.T) {
 	)
 	dir := t.TempDir()
 	prog := filepath.Join(dir, "secret")
-	if out, err := exec.Command("gcc", "-g", "-O1", "-o", prog, "../testdata/privacy/secret.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	testutil.Run(t, "gcc", "-g", "-O1", "-o", prog, "../testdata/privacy/secret.c")
 	// makeCore crashes the program under gdb and saves its core; with jump,
 	// the program calls the number secret, so the crashing PC is the secret.
 	makeCore := func(name string, extra ...string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/unwound-dev/unwound/handler/unwind"
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // Issue 25's shapes that need a program of their own layout: a PC inside a
@@ -168,9 +169,7 @@ func noSectionHeaders(t *testing.T, b fixture.Binary, scenario string, want *fix
 		return
 	}
 	exe := filepath.Join(t.TempDir(), "crash")
-	if out, err := exec.Command(objcopy, "--strip-sections", b.Stripped(), exe).CombinedOutput(); err != nil {
-		t.Fatalf("llvm-objcopy: %v\n%s", err, out)
-	}
+	testutil.Run(t, objcopy, "--strip-sections", b.Stripped(), exe)
 	core, _ := fixture.Core(t, b, scenario)
 	got := offlineReport(t, OfflineOptions{CoreFile: core, Exe: exe, Sysroot: b.Sysroot()})
 	var fig fixture.Figures

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/elf"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 type realCore struct {
@@ -78,10 +79,7 @@ func gdbPC(t *testing.T, exe, core string) uint64 {
 	if _, err := exec.LookPath("gdb-multiarch"); err != nil {
 		t.Skip("gdb-multiarch not installed")
 	}
-	out, err := exec.Command("gdb-multiarch", "-nx", "-batch", "-ex", "p/x $pc", exe, core).CombinedOutput()
-	if err != nil {
-		t.Fatalf("gdb: %v\n%s", err, out)
-	}
+	out := testutil.Run(t, "gdb-multiarch", "-nx", "-batch", "-ex", "p/x $pc", exe, core)
 	m := regexp.MustCompile(`(?m)^\$1 = 0x([0-9a-f]+)`).FindSubmatch(out)
 	if m == nil {
 		t.Fatalf("gdb said:\n%s", out)

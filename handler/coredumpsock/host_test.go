@@ -24,9 +24,7 @@ func hostServer(t *testing.T, s *Server) (crasher string) {
 	crasher = filepath.Join(dir, "crasher")
 	src := "int main(void) { *(volatile int *)0 = 1; return 0; }\n"
 	os.WriteFile(crasher+".c", []byte(src), 0o644)
-	if out, err := exec.Command("gcc", "-O1", "-o", crasher, crasher+".c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	testutil.Run(t, "gcc", "-O1", "-o", crasher, crasher+".c")
 	sock := filepath.Join(dir, "s.sock")
 	ln, err := Listen(sock, DefaultBacklog)
 	if err != nil {

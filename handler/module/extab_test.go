@@ -3,9 +3,10 @@ package module
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // A file without section headers (sstrip, llvm-objcopy --strip-sections)
@@ -35,13 +36,9 @@ void __aeabi_unwind_cpp_pr1(void) {}
 void __aeabi_unwind_cpp_pr2(void) {}
 `), 0o644)
 	exe := filepath.Join(dir, "f")
-	if out, err := exec.Command(cc, "-O2", "-marm", "-mfpu=vfp", "-funwind-tables", "-nostdlib", "-static", "-o", exe, src).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cc, err, out)
-	}
+	testutil.Run(t, cc, "-O2", "-marm", "-mfpu=vfp", "-funwind-tables", "-nostdlib", "-static", "-o", exe, src)
 	bare := exe + ".bare"
-	if out, err := exec.Command(objcopy, "--strip-sections", exe, bare).CombinedOutput(); err != nil {
-		t.Fatalf("llvm-objcopy: %v\n%s", err, out)
-	}
+	testutil.Run(t, objcopy, "--strip-sections", exe, bare)
 	load := func(p string) *File {
 		b, err := os.ReadFile(p)
 		if err != nil {
