@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/unwound-dev/unwound/report"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The simulated fleet's program: several ways to crash, built with gcc
@@ -64,9 +65,7 @@ func buildFleet(t testing.TB) *fleet {
 	src := filepath.Join(dir, "prog.c")
 	os.WriteFile(src, []byte(fleetProgram), 0o644)
 	bin := filepath.Join(dir, "loadprog")
-	if out, err := exec.Command("gcc", "-g", "-O1", "-no-pie", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	testutil.Run(t, "gcc", "-g", "-O1", "-no-pie", "-Wl,--build-id", "-o", bin, src)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)

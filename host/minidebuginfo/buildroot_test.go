@@ -17,9 +17,7 @@ import (
 func TestBuildrootHookOnATargetDir(t *testing.T) {
 	full, _ := build(t, "arm-linux-gnueabihf-")
 	tool := filepath.Join(t.TempDir(), "unwound")
-	if out, err := exec.Command("go", "build", "-o", tool, "../../cmd/unwound").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testutil.Run(t, "go", "build", "-o", tool, "../../cmd/unwound")
 	target := t.TempDir()
 	prog := filepath.Join(target, "usr/bin/prog")
 	os.MkdirAll(filepath.Dir(prog), 0o755)
@@ -34,9 +32,7 @@ func TestBuildrootHookOnATargetDir(t *testing.T) {
 		t.Fatalf("minidebuginfo.sh: %v\n%s", err, out)
 	}
 	// Buildroot's strip comes after the hook.
-	if out, err := exec.Command("sh", "-c", strip+" "+prog).CombinedOutput(); err != nil {
-		t.Fatalf("strip: %v\n%s", err, out)
-	}
+	testutil.Run(t, "sh", "-c", strip+" "+prog)
 	f, err := elf.Open(prog)
 	if err != nil {
 		t.Fatal(err)

@@ -28,12 +28,8 @@ func build(t *testing.T, cross string, flags ...string) (string, string) {
 	dir := t.TempDir()
 	full, stripped := filepath.Join(dir, "full"), filepath.Join(dir, "stripped")
 	args := append([]string{"-g", "-O1", "-nostdlib", "-static", "-o", full, src}, flags...)
-	if out, err := exec.Command(cross+"gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cross+"gcc", err, out)
-	}
-	if out, err := exec.Command(cross+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, full).CombinedOutput(); err != nil {
-		t.Fatalf("strip: %v\n%s", err, out)
-	}
+	testutil.Run(t, cross+"gcc", args...)
+	testutil.Run(t, cross+"strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, full)
 	t.Setenv("OBJCOPY", cross+"objcopy")
 	return full, stripped
 }
@@ -192,10 +188,7 @@ func TestMakeGDBReadsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := funcs(t, full)["mid"]
-	out, err := exec.Command("gdb-multiarch", "-nx", "-batch", "-ex", "info symbol "+hex(mid.Value&^1), stripped).CombinedOutput()
-	if err != nil {
-		t.Fatalf("gdb: %v\n%s", err, out)
-	}
+	out := testutil.Run(t, "gdb-multiarch", "-nx", "-batch", "-ex", "info symbol "+hex(mid.Value&^1), stripped)
 	if !strings.Contains(string(out), "mid in section .text") {
 		t.Errorf("gdb does not name mid:\n%s", out)
 	}
@@ -257,9 +250,7 @@ func TestFilterDebugFrameRenumbersCIEs(t *testing.T) {
 func TestMakeLeavesGoAlone(t *testing.T) {
 	dir := t.TempDir()
 	full := filepath.Join(dir, "goprog")
-	if out, err := exec.Command("go", "build", "-o", full, "../../cmd/unwound-uploader").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testutil.Run(t, "go", "build", "-o", full, "../../cmd/unwound-uploader")
 	stripped := full + ".stripped"
 	if out, err := exec.Command("strip", "--remove-section=.comment", "--remove-section=.note", "-o", stripped, full).CombinedOutput(); err != nil {
 		t.Skipf("strip: %v\n%s", err, out)

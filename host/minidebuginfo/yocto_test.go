@@ -58,9 +58,7 @@ func TestYoctoClassOnAPackageTree(t *testing.T) {
 	}
 	full, stripped := build(t, "arm-linux-gnueabihf-")
 	tool := filepath.Join(t.TempDir(), "unwound")
-	if out, err := exec.Command("go", "build", "-o", tool, "../../cmd/unwound").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testutil.Run(t, "go", "build", "-o", tool, "../../cmd/unwound")
 	class, err := os.ReadFile(bbclass)
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +89,7 @@ func TestYoctoClassOnAPackageTree(t *testing.T) {
 					os.MkdirAll(d, 0o755)
 				}
 				testutil.CopyFile(t, stripped, prog)
-				if out, err := exec.Command("arm-linux-gnueabihf-objcopy", "--only-keep-debug", full, debug).CombinedOutput(); err != nil {
-					t.Fatalf("objcopy: %v\n%s", err, out)
-				}
+				testutil.Run(t, "arm-linux-gnueabihf-objcopy", "--only-keep-debug", full, debug)
 				if poky {
 					if _, err := Make(Options{Unstripped: debug, Stripped: prog, SymbolsOnly: true}); err != nil {
 						t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 var update = flag.Bool("update", false, "write the screenshots into docs/img for the README")
@@ -43,10 +44,7 @@ func chromium(t *testing.T) string {
 func buildUnwound(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "unwound")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testutil.Run(t, "go", "build", "-o", bin, "github.com/unwound-dev/unwound/cmd/unwound")
 	return bin
 }
 
