@@ -1,11 +1,11 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/unwound-dev/unwound/testkit/testbin"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestNoHTTPBuild: -tags unwound_nohttp builds a serial-only uploader that
@@ -16,10 +16,7 @@ func TestNoHTTPBuild(t *testing.T) {
 		tags string
 		http bool
 	}{{"unwound_nohttp", false}, {"", true}} {
-		out, err := exec.Command("go", "list", "-deps", "-tags", tc.tags, ".").CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list -tags %q: %v\n%s", tc.tags, err, out)
-		}
+		out := testutil.Run(t, "go", "list", "-deps", "-tags", tc.tags, ".")
 		deps := "\n" + string(out)
 		if got := strings.Contains(deps, "\nnet/http\n"); got != tc.http {
 			t.Errorf("-tags %q: net/http linked: %v, want %v", tc.tags, got, tc.http)

@@ -55,11 +55,7 @@ func withRelease(t *testing.T, r *report.Report, id int, dev, version string) []
 // what it printed; the test fails if it fails.
 func run(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return string(testutil.Run(t, bin, args...))
 }
 
 // TestCrashesCommand, end to end with the built binary: reports posted to
