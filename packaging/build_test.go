@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/unwound-dev/unwound/sysctl"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // Unwound built the way Yocto and Buildroot build it: the recipes' own go
@@ -100,9 +101,7 @@ func unpackCached(t *testing.T, tarball string) string {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	if out, err := exec.Command("tar", "-xJf", tarball, "-C", tmp).CombinedOutput(); err != nil {
-		t.Fatalf("tar -xJf %s: %v\n%s", tarball, err, out)
-	}
+	testutil.Run(t, "tar", "-xJf", tarball, "-C", tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +151,7 @@ func tail(s string, n int) string {
 // copyTree copies src to dst (cp -a).
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
-	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
-		t.Fatalf("cp -a %s %s: %v\n%s", src, dst, err, out)
-	}
+	testutil.Run(t, "cp", "-a", src, dst)
 }
 
 // The board binaries built exactly as the Yocto recipe and the Buildroot
@@ -311,9 +308,7 @@ func TestRecipeBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The toolchain from the module cache (fetched once, like make test-go122).
-	if out, err := exec.Command("go", "version").CombinedOutput(); err != nil {
-		t.Fatalf("go version: %v %s", err, out)
-	}
+	testutil.Run(t, "go", "version")
 	fetch := exec.Command("go", "version")
 	fetch.Env = append(os.Environ(), "GOTOOLCHAIN="+go122)
 	if out, err := fetch.CombinedOutput(); err != nil || !strings.Contains(string(out), go122) {
@@ -375,13 +370,9 @@ func newYoctoBuild(t *testing.T, poky string) *bbBuild {
 	b := &bbBuild{work: work, layer: filepath.Join(work, layerDir)}
 	copyTree(t, filepath.Join(repoRoot(t), layerDir), b.layer)
 	mkdir(t, filepath.Join(work, "locale"))
-	if out, err := exec.Command("localedef", "-i", "en_US", "-f", "UTF-8", filepath.Join(work, "locale", "en_US.UTF-8")).CombinedOutput(); err != nil {
-		t.Fatalf("localedef en_US.UTF-8: %v\n%s", err, out)
-	}
+	testutil.Run(t, "localedef", "-i", "en_US", "-f", "UTF-8", filepath.Join(work, "locale", "en_US.UTF-8"))
 	for _, d := range []string{work, b.layer, filepath.Join(work, "locale")} {
-		if out, err := exec.Command("chown", "-R", bbUID+":"+bbUID, d).CombinedOutput(); err != nil {
-			t.Fatalf("chown: %v %s", err, out)
-		}
+		testutil.Run(t, "chown", "-R", bbUID+":"+bbUID, d)
 	}
 	out := b.run(t, nil, `cat >> conf/local.conf <<'EOF'
 CONNECTIVITY_CHECK_URIS = ""
