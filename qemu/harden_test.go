@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -22,6 +21,7 @@ import (
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/report/decode"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The hardening tests (issue 10) in QEMU guests: the handler's footprint
@@ -249,9 +249,7 @@ func handlerBudget(t *testing.T, arch string) {
 	notables := l.cc("big-notables", bigSrc, "-static", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
 	plain, withMDI := filepath.Join(l.work, "big-plain"), filepath.Join(l.work, "big-mdi")
 	strip := map[string]string{"arm": "arm-linux-gnueabihf-", "aarch64": "aarch64-linux-gnu-", "riscv64": "riscv64-linux-gnu-"}[arch] + "strip"
-	if out, err := exec.Command(strip, "--remove-section=.comment", "--remove-section=.note", "-o", plain, notables).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strip, err, out)
-	}
+	testutil.Run(t, strip, "--remove-section=.comment", "--remove-section=.note", "-o", plain, notables)
 	unwound, err := HostUnwound(l.work)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
 package qemu
 
 import (
-	"os/exec"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The builds the guest tests share: Go commands and C programs for a
@@ -35,7 +36,5 @@ func crossCC(arch string) string {
 // failing the test with the compiler's output on error.
 func crossCompile(t testing.TB, arch string, args ...string) {
 	t.Helper()
-	if b, err := exec.Command(crossCC(arch), args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", crossCC(arch), err, b)
-	}
+	testutil.Run(t, crossCC(arch), args...)
 }

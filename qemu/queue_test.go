@@ -17,6 +17,7 @@ import (
 
 	"github.com/unwound-dev/unwound/qemu/guest"
 	"github.com/unwound-dev/unwound/queue"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // The queue's tests on real filesystems under a real kernel (aarch64, the
@@ -121,9 +122,7 @@ func (l *queueLab) partitionedDTB(m *Machine, work string) string {
 		l.t.Fatal(err)
 	}
 	args[2] += ",dumpdtb=" + raw
-	if b, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		l.t.Fatalf("dumpdtb: %v\n%s", err, b)
-	}
+	testutil.Run(l.t, args[0], args[1:]...)
 	dts, err := exec.Command("dtc", "-q", "-I", "dtb", "-O", "dts", raw).Output()
 	if err != nil {
 		l.t.Fatalf("dtc (make deps installs device-tree-compiler): %v", err)

@@ -4,9 +4,10 @@ package qemu
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestPointerAuthentication runs a board whose CPU signs return addresses
@@ -25,10 +26,7 @@ func TestPointerAuthentication(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	out, err := exec.Command(res.Unwound, res.SymbolizeArgs(res.Reports[0])...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("symbolize: %v\n%s", err, out)
-	}
+	out := testutil.Run(t, res.Unwound, res.SymbolizeArgs(res.Reports[0])...)
 	for _, want := range []string{"abort at abort.c:", "in ab2 at crash.c:", "in ab1 at crash.c:", "in main at crash.c:", "in _start"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
