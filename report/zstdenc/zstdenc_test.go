@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/unwound-dev/unwound/report/zstdenc"
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 func decoder(t testing.TB) *zstd.Decoder {
@@ -65,9 +66,7 @@ func TestRoundTrip(t *testing.T) {
 			if err := os.WriteFile(f, z, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if out, err := exec.Command(cli, "-q", "-t", f).CombinedOutput(); err != nil {
-				t.Fatalf("zstd -t: %v\n%s", err, out)
-			}
+			testutil.Run(t, cli, "-q", "-t", f)
 			out, err := exec.Command(cli, "-q", "-dc", f).Output()
 			if err != nil || !bytes.Equal(out, in.data) {
 				t.Fatalf("zstd -dc: %v, %d bytes of %d", err, len(out), len(in.data))
