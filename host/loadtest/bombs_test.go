@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestBombRSSAgainstBase: the server's peak RSS under 32 parallel zstd
@@ -24,10 +26,7 @@ func TestBombRSSAgainstBase(t *testing.T) {
 		t.Skipf("not in a git checkout: %v", err)
 	}
 	src := t.TempDir()
-	arch := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, strings.TrimSpace(string(top)), base, src)
-	if out, err := arch.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", base, err, out)
-	}
+	testutil.Run(t, "sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, strings.TrimSpace(string(top)), base, src)
 	bin := filepath.Join(t.TempDir(), "unwound-base")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/unwound")
 	build.Dir, build.Env = src, append(os.Environ(), "CGO_ENABLED=0")
