@@ -127,7 +127,7 @@ func wildCount(t *testing.T, fig *fixture.Figures, ex *wildExtra, name, core, de
 		if i > 0 {
 			fig.Crashes-- // a crash, not a thread
 		}
-		if len(fig.Cases) > before {
+		if len(fig.Cases) > before || len(th.Frames) < fixture.Outermost(w) { // wrong or missing frames
 			var g []string
 			for _, f := range th.Frames {
 				g = append(g, f.PC.String())
