@@ -36,6 +36,15 @@ func (ehabiStrategy) ehabi(u *unwinder, m *module.Module, cur state) (state, err
 	if err != nil {
 		return state{}, &cantUnwind{m.Path, e.Start, e.End}
 	}
+	// An entry's program undoes the prologue, valid once it has run: a
+	// PC interrupted at the function's first instruction has pushed
+	// nothing yet, and popping would take the caller's locals for saved
+	// registers and a return address (a random stop of Debian's armhf
+	// busybox, at _IO_default_xsputn's entry). The return address is
+	// still in LR: the prologue and LR strategies take it from there.
+	if cur.exact && pc == e.Start {
+		return state{}, errSkip
+	}
 	if cur.spApprox {
 		return state{}, errors.New("EHABI: SP is only known roughly")
 	}

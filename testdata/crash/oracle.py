@@ -78,6 +78,25 @@ def _word(addr, size):
     return int.from_bytes(b, "little")
 
 
+def _pt_dynamic(hdr, binary, is64):
+    """The link-time address of binary's PT_DYNAMIC segment, None when it
+    has none (a static program)."""
+    le = lambda b: int.from_bytes(b, "little")
+    if is64:
+        phoff, phentsize, phnum, vaddr = le(hdr[32:40]), le(hdr[54:56]), le(hdr[56:58]), 16
+    else:
+        phoff, phentsize, phnum, vaddr = le(hdr[28:32]), le(hdr[42:44]), le(hdr[44:46]), 8
+    with open(binary, "rb") as f:
+        f.seek(phoff)
+        ph = f.read(phentsize * phnum)
+    ptr = 8 if is64 else 4
+    for i in range(phnum):
+        p = ph[i * phentsize:(i + 1) * phentsize]
+        if le(p[0:4]) == 2:  # PT_DYNAMIC
+            return le(p[vaddr:vaddr + ptr])
+    return None
+
+
 def relocate(binary, sysroot):
     """qemu-user cores have no NT_FILE, and gdb 13 then neither relocates a
     PIE program nor finds its shared libraries. Do what the dynamic linker
@@ -102,7 +121,12 @@ def relocate(binary, sysroot):
     try:
         dyn = int(gdb.parse_and_eval("(long)&_DYNAMIC"))
     except gdb.error:
-        return  # static
+        # A stripped program (Debian's) has no _DYNAMIC symbol: its
+        # PT_DYNAMIC header says where the dynamic section is.
+        dyn = _pt_dynamic(hdr, binary, is64)
+        if dyn is None:
+            return  # static
+        dyn += bias
     if dyn == 0:
         return  # static, linked by mold (which defines _DYNAMIC as 0)
     rdebug = 0
