@@ -6,6 +6,8 @@ import (
 
 	"github.com/unwound-dev/unwound/handler/ehabi"
 	"github.com/unwound-dev/unwound/handler/module"
+	"github.com/unwound-dev/unwound/handler/unwind/arch"
+	"github.com/unwound-dev/unwound/handler/unwind/prologue"
 )
 
 // ehabi runs the module's ARM EHABI entry for the frame. Entries cover up
@@ -35,15 +37,6 @@ func (ehabiStrategy) ehabi(u *unwinder, m *module.Module, cur state) (state, err
 	}
 	if err != nil {
 		return state{}, &cantUnwind{m.Path, e.Start, e.End}
-	}
-	// An entry's program undoes the prologue, valid once it has run: a
-	// PC interrupted at the function's first instruction has pushed
-	// nothing yet, and popping would take the caller's locals for saved
-	// registers and a return address (a random stop of Debian's armhf
-	// busybox, at _IO_default_xsputn's entry). The return address is
-	// still in LR: the prologue and LR strategies take it from there.
-	if cur.exact && pc == e.Start {
-		return state{}, errSkip
 	}
 	if cur.spApprox {
 		return state{}, errors.New("EHABI: SP is only known roughly")
@@ -78,6 +71,9 @@ func (ehabiStrategy) ehabi(u *unwinder, m *module.Module, cur state) (state, err
 	if uint64(s.R[13]) < sp {
 		return state{}, fmt.Errorf("EHABI: caller SP %#x below SP %#x", s.R[13], sp)
 	}
+	if cur.exact && outsideBody(u.p.Arch, m, cur, e.Start, pc, uint64(s.R[13])-sp) {
+		return state{}, fmt.Errorf("EHABI: the pc %#x is in a prologue or an epilogue, where the entry's program does not hold", cur.pc)
+	}
 	if next.pc != 0 && module.Find(u.p.Modules, next.pc&^1) < 0 {
 		return state{}, errors.New("EHABI: the return address is in no module")
 	}
@@ -87,6 +83,35 @@ func (ehabiStrategy) ehabi(u *unwinder, m *module.Module, cur state) (state, err
 		next.rs.Clear(a.LR)
 	}
 	return next, nil
+}
+
+// outsideBody says whether an interrupted PC (frame 0, or the one a signal
+// frame restores) stands where its entry's program, which undoes the
+// whole prologue (popped bytes of stack), does not hold: in the prologue
+// before it has pushed all of that, or in an epilogue after it has given
+// some back (add sp then pop {..., pc}; pop {..., lr} then bx lr). Run
+// there, the program would take the caller's words for saved registers
+// and a return address, at high trust. A return address is a call site,
+// where the prologue has run: only an exact PC can be here. The function's
+// code from the entry's start to the PC is decoded as the prologue
+// strategy does; where it cannot say (too far, a computed frame, no path)
+// the entry holds, as before.
+func outsideBody(a *arch.Arch, m *module.Module, cur state, start, pc, popped uint64) bool {
+	if a.Prologue == nil || pc < start || pc-start > prologue.MaxCode {
+		return false
+	}
+	if pc == start {
+		return popped > 0 // nothing pushed yet
+	}
+	code := make([]byte, pc-start)
+	if m.File.ReadCode(start, code) != nil {
+		return false
+	}
+	f, err := a.Prologue(code, start, pc, cur.thumb)
+	if errors.Is(err, prologue.ErrNoPrologue) {
+		return popped > 0
+	}
+	return err == nil && !f.Dynamic && f.Size < popped
 }
 
 type ehabiStrategy struct{}
