@@ -13,18 +13,18 @@ import (
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
-// TestWildAgainstGDB measures the unwinder on programs nobody here built
-// or chose the crash point of: Debian bookworm's own arm64 and armhf
-// (Thumb-2) packages, stripped as shipped (scripts/wild-get.sh), each run
+// TestWildAgainstGDB measures the unwinder on programs nobody here built or
+// chose the crash point of: Debian bookworm's own arm64, armhf (Thumb-2)
+// and amd64 packages, stripped as shipped (scripts/wild-get.sh), each run
 // under qemu-user on a CPU-heavy load and killed after a random delay, so
 // that the PC lands anywhere in the program, its libraries or the dynamic
-// loader. gdb walks the same core with the same binaries and libc6-dbg.
-// Per program and arch it prints, over every thread, the frames equal to
-// gdb's, the wrong ones (another PC at the same depth) by method and
-// trust, those missing (the trace ends earlier) and those past gdb's
-// last; it fails on any wrong frame at high or medium trust. Opt-in
-// (UNWOUND_WILD=1): it fetches packages and makes cores, both cached
-// under ~/.cache/unwound/wild; UNWOUND_WILD_CORES sets the cores per load
+// loader. gdb walks the same core with the same binaries and libc6-dbg. Per
+// program and arch it prints, over every thread, the frames equal to gdb's,
+// the wrong ones (another PC at the same depth) by method and trust, those
+// missing (the trace ends earlier) and those past gdb's last; it fails on
+// any wrong frame at high or medium trust. Opt-in (UNWOUND_WILD=1): it
+// fetches packages and makes cores, both cached under
+// ~/.cache/unwound/wild; UNWOUND_WILD_CORES sets the cores per load
 // (default 2).
 func TestWildAgainstGDB(t *testing.T) {
 	if os.Getenv("UNWOUND_WILD") == "" {
@@ -37,7 +37,7 @@ func TestWildAgainstGDB(t *testing.T) {
 	}
 	rows := map[string]*fixture.Figures{}
 	extra := map[string]*wildExtra{}
-	for _, arch := range []string{"aarch64", "arm"} {
+	for _, arch := range []string{"aarch64", "arm", "x86_64"} {
 		t.Run(arch, func(t *testing.T) {
 			testutil.Need(t, "qemu-"+arch)
 			dir := fixture.WildPackages(t, arch)

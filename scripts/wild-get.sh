@@ -6,7 +6,7 @@
 # (never installed) over the libc6 that qemu/libc/get.sh fetches with its
 # libc6-dbg.
 #
-#   scripts/wild-get.sh ARCH      ARCH: aarch64 arm
+#   scripts/wild-get.sh ARCH      ARCH: aarch64 arm x86_64
 #
 # Prints a directory on stdout holding
 #   root/     the packages' files and libc6's: the sysroot of qemu-user,
@@ -25,7 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 case $arch in
 aarch64) debarch=arm64 ;;
 arm) debarch=armhf ;;
-*) echo "wild-get.sh: unknown arch $arch (aarch64 arm)" >&2; exit 2 ;;
+x86_64) debarch=amd64 ;;
+*) echo "wild-get.sh: unknown arch $arch (aarch64 arm x86_64)" >&2; exit 2 ;;
 esac
 # The programs and every library they load; busybox and lua5.3 need no
 # more than libc6 and readline.
@@ -61,6 +62,16 @@ done
 cp -a "$libc/root/." out/root/
 cp -a "$libc/debug" out/debug
 echo "libc6 $(cat "$libc/version")" >>out/versions
+# Bookworm is not merged-/usr: libc6 is in /lib/<triplet>, the other
+# libraries in /usr/lib/<triplet>. qemu-user's -L prefix falls back to the
+# host's file for a path the prefix lacks, so on an amd64 host ld.so took
+# the host's /lib/x86_64-linux-gnu/libsqlite3.so.0 before the prefix's
+# /usr/lib one, and neither the handler nor gdb, reading the prefix, had
+# it. Every library is linked into /lib too, as a merged /usr has it.
+for f in out/root/usr/lib/*-linux-gnu*/*.so*; do
+	rel=${f#out/root/usr/lib/}
+	[ -e "out/root/lib/$rel" ] || [ -L "out/root/lib/$rel" ] || ln -s "../../usr/lib/$rel" "out/root/lib/$rel"
+done
 rm -rf "$dest"
 mv out "$dest"
 echo "$dest"
