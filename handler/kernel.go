@@ -162,7 +162,8 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 // at it without a report would lose the crash, and with it the drops its
 // report was to carry (under a storm, tens of them): so it settles the
 // crash's admission ticket first, as lost for "deadline", never waiting
-// long for the admission state's lock. (When it cannot, the next
+// more than a second for a report being stored or the admission state's
+// lock. (When it cannot, the next
 // admission finds the crash held with its slot free and counts it as
 // handler_killed.)
 type hardDeadline struct {
@@ -178,7 +179,9 @@ func (h *hardDeadline) hold(t *admit.Ticket) {
 }
 
 func (h *hardDeadline) settle(lg *Logger) {
-	if h.ticket.Load().Settle("deadline", 300*time.Millisecond) {
+	// A report being stored right now is waited for (a write, an fsync
+	// and a rename of a few KiB), so that it is not also counted lost.
+	if h.ticket.Load().Settle("deadline", time.Second) {
 		lg.Errorf("the crash is counted as dropped (deadline) in the next report")
 	}
 }

@@ -41,7 +41,11 @@ func (c *crash) store(r *report.Report) int {
 	if r.TimeTrusted {
 		crashTime = r.Time
 	}
-	res, err := q.PutAt(z, r.BootID, crashTime)
+	var res queue.PutResult
+	err = c.out.ticket.Commit(func() (err error) {
+		res, err = q.PutAt(z, r.BootID, crashTime)
+		return err
+	})
 	if err != nil {
 		c.env.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		if errors.Is(err, queue.ErrFull) {
@@ -51,7 +55,6 @@ func (c *crash) store(r *report.Report) int {
 		}
 		return 0
 	}
-	c.out.ticket.Settle("", 0) // stored: nothing left to count
 	// Evicted and expired reports are never sent: the next report says
 	// how many, as it does for dropped crashes.
 	for _, e := range res.Evicted {

@@ -73,31 +73,65 @@ func (t *Ticket) Release() {
 // Settle records the crash's outcome: with reason "", its report is
 // stored (or someone else counted it); else it is lost for reason, which
 // is counted, and the drops it carried are given back. Only the first
-// call counts. within > 0 bounds the wait for the state's lock (polling,
-// never blocking, and skipping if another goroutine is settling): the
-// hard deadline settles so, as the handler must go whatever holds the
-// lock. It reports whether it recorded the outcome.
+// call counts. within > 0 bounds the whole wait (polling, never
+// blocking): for the ticket, while a Commit is storing the report, and
+// for the state's lock. The hard deadline settles so, as the handler must
+// go whatever holds either. It reports whether it recorded the outcome.
 func (t *Ticket) Settle(reason string, within time.Duration) bool {
 	if t == nil {
 		return false
 	}
+	end := time.Now().Add(within)
 	if within <= 0 {
 		t.mu.Lock()
-	} else if !t.mu.TryLock() {
-		return false
+	} else {
+		for !t.mu.TryLock() {
+			if time.Now().After(end) {
+				return false
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	defer t.mu.Unlock()
+	return t.settleLocked(reason, time.Until(end), within > 0)
+}
+
+func (t *Ticket) settleLocked(reason string, left time.Duration, bounded bool) bool {
 	dir := t.dir
 	if dir == "" {
 		return false
 	}
-	return update(dir, within, func(st *state) {
+	if bounded && left < time.Millisecond {
+		left = time.Millisecond
+	} else if !bounded {
+		left = 0
+	}
+	return update(dir, left, func(st *state) {
 		t.dir = "" // settled, once the lock is held
 		delete(st.Held, t.n)
 		if reason != "" {
 			st.lose(t.Dropped, reason)
 		}
 	})
+}
+
+// Commit runs store, which puts the report in the queue, and settles the
+// ticket as stored if it succeeds, with no Settle in between: a hard
+// deadline that comes while the report is being stored waits for the
+// outcome (Settle with within) instead of counting as lost a report that
+// lands a moment later. On an error the ticket stays unsettled, for the
+// caller to settle with the reason.
+func (t *Ticket) Commit(store func() error) error {
+	if t == nil {
+		return store()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := store()
+	if err == nil {
+		t.settleLocked("", 0, false)
+	}
+	return err
 }
 
 // update changes the state under its lock, waiting for the lock at most

@@ -116,6 +116,63 @@ func TestHeldUntilSettled(t *testing.T) {
 	}
 }
 
+// TestCommitThenDeadline: a hard deadline that comes while the report is
+// being stored waits for the store, and counts nothing once the report
+// landed; after a failed store it counts the crash and gives its drops
+// back. Each crash is counted once: stored, or in the next report.
+func TestCommitThenDeadline(t *testing.T) {
+	now = func() int64 { return 1 }
+	p := Policy{Dir: t.TempDir(), MaxConcurrent: 2}
+	Drop(p, ReasonConcurrency)
+	a, _ := Check(p, "x") // carries the concurrency drop
+	storing, landed := make(chan struct{}), make(chan struct{})
+	var counted bool
+	go func() {
+		<-storing
+		counted = a.Settle("deadline", 5*time.Second) // the hard deadline
+		close(landed)
+	}()
+	err := a.Commit(func() error {
+		close(storing)
+		time.Sleep(50 * time.Millisecond) // the write, the fsync, the rename
+		return nil
+	})
+	<-landed
+	a.Release()
+	if err != nil || counted {
+		t.Errorf("stored, then the deadline: commit %v, deadline counted %v; want stored and nothing counted", err, counted)
+	}
+	if got := Pending(p.Dir); len(got) != 0 {
+		t.Errorf("pending after a stored report: %v, want nothing (its drops went with it)", got)
+	}
+
+	Drop(p, ReasonConcurrency)
+	b, _ := Check(p, "x")
+	if err := b.Commit(func() error { return errors.New("ENOSPC") }); err == nil {
+		t.Fatal("a failed store reported no error")
+	}
+	if !b.Settle("deadline", time.Second) {
+		t.Error("the deadline after a failed store counted nothing")
+	}
+	b.Release()
+	if got := Pending(p.Dir); got["deadline"] != 1 || got[ReasonConcurrency] != 1 || len(got) != 2 {
+		t.Errorf("pending after a failed store and the deadline: %v, want the crash and the drop it carried", got)
+	}
+
+	// A store that outlasts the deadline's wait: the deadline gives up
+	// and the ticket stays held (the next admission counts the crash as
+	// killed once its slot is free: TestHeldUntilSettled).
+	c, _ := Check(p, "x")
+	started, release := make(chan struct{}), make(chan struct{})
+	go c.Commit(func() error { close(started); <-release; return errors.New("stalled") })
+	<-started
+	if c.Settle("deadline", 20*time.Millisecond) {
+		t.Error("the deadline settled a ticket whose store was still running")
+	}
+	close(release)
+	c.Release()
+}
+
 func TestCorruptStateIsReset(t *testing.T) {
 	p := Policy{Dir: t.TempDir(), Count: 1, Window: time.Hour}
 	save(p.Dir, &state{Global: []int64{1}})
