@@ -138,10 +138,14 @@ func TestHostileCores(t *testing.T) {
 				if run.rc != 0 || len(run.reports) != 1 {
 					t.Fatalf("%s: exit %d, %d reports; stderr:\n%s", mode, run.rc, len(run.reports), run.log)
 				}
-				if run.elapsed > 4*time.Second {
-					t.Errorf("%s: took %v, deadline 2s", mode, run.elapsed)
-				}
 				r := run.reports[0]
+				// The deadline runs on the handler's own clock, from its
+				// start; the wall time adds fork, exec and the runtime's
+				// start, which a loaded host stretches. Past the hard
+				// deadline (4 s) there would be no report at all.
+				if r.Handler.DurationMS > 3000 || run.elapsed > 15*time.Second {
+					t.Errorf("%s: took %d ms by its own clock (%v in all), deadline 2s", mode, r.Handler.DurationMS, run.elapsed)
+				}
 				if r.Handler.Mode == "registers" {
 					// The supervised child died (its data segment is
 					// capped, limitMemory) or overran: not good enough.

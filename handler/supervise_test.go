@@ -121,10 +121,12 @@ func TestSupervisedChildDies(t *testing.T) {
 			if run.rc != 0 || len(run.reports) != 1 {
 				t.Fatalf("exit %d, %d reports; stderr:\n%s", run.rc, len(run.reports), run.log)
 			}
-			if run.elapsed > 2*time.Second+childGrace+2*time.Second {
-				t.Errorf("took %v, deadline 2s", run.elapsed)
-			}
 			r := run.reports[0]
+			// On the handler's own clock (hostile_test.go): the child's
+			// deadline and grace, then the registers-only report.
+			if time.Duration(r.Handler.DurationMS)*time.Millisecond > 2*time.Second+childGrace+1500*time.Millisecond || run.elapsed > 15*time.Second {
+				t.Errorf("took %d ms by its own clock (%v in all), deadline 2s", r.Handler.DurationMS, run.elapsed)
+			}
 			errs := strings.Join(r.Errors, "; ")
 			if !r.Partial || r.Handler.Mode != "registers" || !strings.Contains(errs, tc.why) {
 				t.Errorf("partial %v mode %q errors %q, want one with %q", r.Partial, r.Handler.Mode, errs, tc.why)
