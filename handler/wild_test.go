@@ -10,15 +10,16 @@ import (
 
 	"github.com/unwound-dev/unwound/report"
 	"github.com/unwound-dev/unwound/testkit/fixture"
+	"github.com/unwound-dev/unwound/testkit/labcore"
 	"github.com/unwound-dev/unwound/testkit/testutil"
 )
 
 // TestWildAgainstGDB measures the unwinder on programs nobody here built or
 // chose the crash point of: Debian bookworm's own arm64, armhf (Thumb-2)
-// and amd64 packages, stripped as shipped (scripts/wild-get.sh), each run
-// under qemu-user on a CPU-heavy load and killed after a random delay, so
-// that the PC lands anywhere in the program, its libraries or the dynamic
-// loader. gdb walks the same core with the same binaries and libc6-dbg. Per
+// and amd64 packages and trixie's riscv64 ones, stripped as shipped
+// (scripts/wild-get.sh), each run under qemu-user on a CPU-heavy load and
+// killed after a random delay, so that the PC lands anywhere in the
+// program, its libraries or the dynamic loader. gdb walks the same core with the same binaries and libc6-dbg. Per
 // program and arch it prints, over every thread, the frames equal to gdb's,
 // the wrong ones (another PC at the same depth) by method and trust, those
 // missing (the trace ends earlier) and those past gdb's last; it fails on
@@ -37,19 +38,31 @@ func TestWildAgainstGDB(t *testing.T) {
 	}
 	rows := map[string]*fixture.Figures{}
 	extra := map[string]*wildExtra{}
-	for _, arch := range []string{"aarch64", "arm", "x86_64"} {
+	for _, arch := range []string{"aarch64", "arm", "riscv64", "x86_64"} {
 		t.Run(arch, func(t *testing.T) {
-			testutil.Need(t, "qemu-"+arch)
+			if arch != "riscv64" {
+				testutil.Need(t, "qemu-"+arch)
+			}
 			dir := fixture.WildPackages(t, arch)
 			root := filepath.Join(dir, "root")
+			if arch == "riscv64" {
+				// qemu-user writes no riscv64 cores: a guest kernel does.
+				testutil.Need(t, "qemu-system-riscv64")
+				labcore.WildCores(t, arch, dir, n)
+			}
 			for _, l := range fixture.WildLoads {
 				for i := 0; i < n; i++ {
 					name := fmt.Sprintf("%s-%d", l.Name, i)
-					core := fixture.WildCore(t, arch, dir, l, i)
+					core := fixture.WildCorePath(t, arch, dir, l, i)
+					if arch != "riscv64" {
+						core = fixture.WildCore(t, arch, dir, l, i)
+					} else if _, err := os.Stat(core); err != nil {
+						core = ""
+					}
 					if core == "" {
 						continue
 					}
-					b := fixture.Binary{Arch: arch, Dir: root, Prog: l.Prog, DebugDir: filepath.Join(dir, "debug")}
+					b := fixture.Binary{Arch: arch, Dir: root, Prog: l.In(root), DebugDir: filepath.Join(dir, "debug")}
 					want, err := fixture.TryOracle(t, b, core, root)
 					if err != nil {
 						t.Logf("%s: no oracle: %.300v", name, err)

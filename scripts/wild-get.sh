@@ -2,11 +2,12 @@
 # Fetches Debian's own prebuilt programs for a guest architecture, for
 # the handler's measure on binaries nobody here built
 # (handler/wild_test.go, UNWOUND_WILD=1): a few CPU-heavy programs of
-# bookworm with their libraries, stripped as Debian ships them, unpacked
+# bookworm (trixie for riscv64, an official architecture from Debian 13
+# on) with their libraries, stripped as Debian ships them, unpacked
 # (never installed) over the libc6 that qemu/libc/get.sh fetches with its
 # libc6-dbg.
 #
-#   scripts/wild-get.sh ARCH      ARCH: aarch64 arm x86_64
+#   scripts/wild-get.sh ARCH      ARCH: aarch64 arm riscv64 x86_64
 #
 # Prints a directory on stdout holding
 #   root/     the packages' files and libc6's: the sysroot of qemu-user,
@@ -22,25 +23,31 @@ set -eu
 arch=${1:?usage: wild-get.sh ARCH}
 cache=${UNWOUND_CACHE:-$HOME/.cache/unwound}
 here=$(cd "$(dirname "$0")" && pwd)
+suite=bookworm aptdir=apt debarches="arm64 armhf amd64"
 case $arch in
 aarch64) debarch=arm64 ;;
 arm) debarch=armhf ;;
 x86_64) debarch=amd64 ;;
-*) echo "wild-get.sh: unknown arch $arch (aarch64 arm x86_64)" >&2; exit 2 ;;
+riscv64) debarch=riscv64 suite=trixie aptdir=apt-trixie debarches=riscv64 ;;
+*) echo "wild-get.sh: unknown arch $arch (aarch64 arm riscv64 x86_64)" >&2; exit 2 ;;
 esac
 # The programs and every library they load; busybox and lua5.3 need no
-# more than libc6 and readline.
-pkgs="sqlite3 libsqlite3-0 libreadline8 libtinfo6 zlib1g busybox xz-utils
-liblzma5 zstd libzstd1 liblz4-1 libgcc-s1 libstdc++6 gawk libgmp10 libmpfr6
-libsigsegv2 bc lua5.3 python3.11-minimal libpython3.11-minimal libexpat1
-libssl3"
+# more than libc6 and readline. Trixie renamed the libraries whose ABI
+# moved to a 64-bit time_t (…t64) and ships Python 3.13.
+pkgs="sqlite3 libsqlite3-0 libtinfo6 zlib1g busybox xz-utils liblzma5 zstd
+libzstd1 liblz4-1 libgcc-s1 libstdc++6 gawk libgmp10 libmpfr6 libsigsegv2 bc
+lua5.3 libexpat1"
+case $suite in
+bookworm) pkgs="$pkgs libreadline8 python3.11-minimal libpython3.11-minimal libssl3" ;;
+trixie) pkgs="$pkgs libreadline8t64 python3.13-minimal libpython3.13-minimal libssl3t64 libxxhash0" ;;
+esac
 
 dest=$cache/wild/$arch
 # shellcheck source=scripts/debian-apt.sh
 . "$here/debian-apt.sh"
 dapt_cached "$cache/wild" "$dest" versions
 libc=$("$here/../qemu/libc/get.sh" "$arch")
-debian_suite "$cache/debian-libc/apt" "arm64 armhf amd64" bookworm
+debian_suite "$cache/debian-libc/$aptdir" "$debarches" "$suite"
 
 work=$(mktemp -d "$cache/wild/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -62,7 +69,8 @@ done
 cp -a "$libc/root/." out/root/
 cp -a "$libc/debug" out/debug
 echo "libc6 $(cat "$libc/version")" >>out/versions
-# Bookworm is not merged-/usr: libc6 is in /lib/<triplet>, the other
+# Bookworm is not merged-/usr (trixie is: get.sh made /lib a link to
+# usr/lib, and the loop below finds every library there already): libc6 is in /lib/<triplet>, the other
 # libraries in /usr/lib/<triplet>. qemu-user's -L prefix falls back to the
 # host's file for a path the prefix lacks, so on an amd64 host ld.so took
 # the host's /lib/x86_64-linux-gnu/libsqlite3.so.0 before the prefix's
