@@ -79,35 +79,49 @@ func Cores(t testing.TB, arch, fx string, crashes []Crash) (cores map[string]str
 	}
 
 	plan.Steps = append(plan.Steps, guest.Step{Ship: "/var/cores/*", As: "cores"})
-	js, err := json.Marshal(plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.File("/plan.json", 0o644, js)
-	work := t.TempDir()
-	init := filepath.Join(work, "init")
-	if err := qemu.BuildGo("github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, init); err != nil {
-		t.Fatal(err)
-	}
-	r.HostFile("/init", 0o755, init)
-	m := &qemu.Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 10 * time.Minute, Dir: work}
-	res, err := m.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := boot(t, &qemu.Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "512M", Timeout: 10 * time.Minute}, plan)
 	t.Logf("%s lab: %d crashes, boot to poweroff %v", arch, len(crashes), res.Duration.Round(time.Millisecond))
 	for _, c := range crashes {
 		data, ok := res.Files["cores/"+c.Name()+".core"]
 		if !ok {
 			t.Fatalf("%s: the guest wrote no core\n%s", c.Name(), res.Console)
 		}
-		tmp := cores[c.Name()] + ".tmp"
-		if err := os.WriteFile(tmp, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, cores[c.Name()]); err != nil {
-			t.Fatal(err)
-		}
+		keep(t, cores[c.Name()], data)
 	}
 	return cores, hostRoot
+}
+
+// boot runs plan in m's guest, with guestinit as /init and the plan as
+// /plan.json in its initramfs, and returns what the guest shipped.
+func boot(t testing.TB, m *qemu.Machine, plan guest.Plan) *qemu.Result {
+	t.Helper()
+	js, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Initramfs.File("/plan.json", 0o644, js)
+	m.Dir = t.TempDir()
+	init := filepath.Join(m.Dir, "init")
+	if err := qemu.BuildGo("github.com/unwound-dev/unwound/qemu/cmd/guestinit", m.Arch, init); err != nil {
+		t.Fatal(err)
+	}
+	m.Initramfs.HostFile("/init", 0o755, init)
+	res, err := m.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// keep writes a shipped core to path, through a temporary file: a
+// reader never sees half of it.
+func keep(t testing.TB, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }

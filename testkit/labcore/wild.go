@@ -1,8 +1,6 @@
 package labcore
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,35 +72,13 @@ func WildCores(t testing.TB, arch, dir string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := json.Marshal(plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.File("/plan.json", 0o644, js)
-	work := t.TempDir()
-	init := filepath.Join(work, "init")
-	if err := qemu.BuildGo("github.com/unwound-dev/unwound/qemu/cmd/guestinit", arch, init); err != nil {
-		t.Fatal(err)
-	}
-	r.HostFile("/init", 0o755, init)
-	m := &qemu.Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "2G", Timeout: 30 * time.Minute, Dir: work}
-	res, err := m.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := boot(t, &qemu.Machine{Arch: arch, Kernel: kernel, Initramfs: r, Memory: "2G", Timeout: 30 * time.Minute}, plan)
 	t.Logf("%s wild lab: %d runs, boot to poweroff %v", arch, len(runs), res.Duration.Round(time.Millisecond))
 	for _, w := range runs {
-		data, ok := res.Files["cores/"+w.name+".core"]
-		if !ok {
+		if data, ok := res.Files["cores/"+w.name+".core"]; ok {
+			keep(t, w.path, data)
+		} else {
 			t.Logf("%s/%s: no core (the load ended first?)", arch, w.name)
-			continue
-		}
-		tmp := w.path + ".tmp"
-		if err := os.WriteFile(tmp, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, w.path); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
