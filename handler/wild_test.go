@@ -17,13 +17,14 @@ import (
 // TestWildAgainstGDB measures the unwinder on programs nobody here built or
 // chose the crash point of: Debian bookworm's own arm64, armhf (Thumb-2)
 // and amd64 packages and trixie's riscv64 ones, stripped as shipped
-// (scripts/wild-get.sh), each run under qemu-user on a CPU-heavy load and
-// killed after a random delay, so that the PC lands anywhere in the
-// program, its libraries or the dynamic loader. gdb walks the same core with the same binaries and libc6-dbg. Per
-// program and arch it prints, over every thread, the frames equal to gdb's,
-// the wrong ones (another PC at the same depth) by method and trust, those
-// missing (the trace ends earlier) and those past gdb's last; it fails on
-// any wrong frame at high or medium trust. Opt-in (UNWOUND_WILD=1): it
+// (scripts/wild-get.sh), each run on a CPU-heavy load (under qemu-user;
+// riscv64 in a guest kernel, labcore.WildCores) and killed after a random
+// delay, so that the PC lands anywhere in the program, its libraries or
+// the dynamic loader. gdb walks the same core with the same binaries and
+// libc6-dbg. Per program and arch it prints, over every thread, the
+// frames equal to gdb's, the wrong ones (another PC at the same depth) by
+// method and trust, those missing (the trace ends earlier) and those past
+// gdb's last; it fails on any wrong frame at high or medium trust. Opt-in (UNWOUND_WILD=1): it
 // fetches packages and makes cores, both cached under
 // ~/.cache/unwound/wild; UNWOUND_WILD_CORES sets the cores per load
 // (default 2).

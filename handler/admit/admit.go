@@ -93,20 +93,19 @@ func (t *Ticket) Settle(reason string, within time.Duration) bool {
 		}
 	}
 	defer t.mu.Unlock()
-	return t.settleLocked(reason, time.Until(end), within > 0)
+	if within > 0 {
+		within = max(time.Until(end), time.Millisecond) // what is left for the state's lock
+	}
+	return t.settleLocked(reason, within)
 }
 
-func (t *Ticket) settleLocked(reason string, left time.Duration, bounded bool) bool {
+// settleLocked is Settle with the ticket's lock held.
+func (t *Ticket) settleLocked(reason string, within time.Duration) bool {
 	dir := t.dir
 	if dir == "" {
 		return false
 	}
-	if bounded && left < time.Millisecond {
-		left = time.Millisecond
-	} else if !bounded {
-		left = 0
-	}
-	return update(dir, left, func(st *state) {
+	return update(dir, within, func(st *state) {
 		t.dir = "" // settled, once the lock is held
 		delete(st.Held, t.n)
 		if reason != "" {
@@ -129,7 +128,7 @@ func (t *Ticket) Commit(store func() error) error {
 	defer t.mu.Unlock()
 	err := store()
 	if err == nil {
-		t.settleLocked("", 0, false)
+		t.settleLocked("", 0)
 	}
 	return err
 }

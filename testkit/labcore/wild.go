@@ -18,8 +18,9 @@ import (
 // under qemu-user, which writes none for riscv64: the packages' root
 // (dir/root, fixture.WildPackages) is the guest's file system, and
 // busybox's shell runs each load and sends it SIGQUIT after
-// fixture.WildDelay, the core written through a file core_pattern. The cores land at fixture.WildCorePath; a load that ended
-// before its delay has none there (logged).
+// fixture.WildDelay, the core written through a file core_pattern. The
+// cores land at fixture.WildCorePath; a load that ended before its delay
+// has none there (logged).
 func WildCores(t testing.TB, arch, dir string, n int) {
 	t.Helper()
 	root := filepath.Join(dir, "root")
