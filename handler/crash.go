@@ -94,11 +94,13 @@ type outcome struct {
 	frozen  time.Duration     // how long the process was held
 	dropped map[string]int    // crashes not reported since the previous report
 	ticket  *admit.Ticket     // the admission, settled once stored or counted lost; nil in a child
+	slot    int               // in a supervised child: the parent's admission slot, -1 without one
 	cont    *report.Container // the container the process ran in, nil outside one
 }
 
 func newCrash(e *env, in *input, start time.Time) *crash {
 	c := &crash{env: e, in: in, start: start, deadline: start.Add(e.cfg.Handler.Deadline.D())}
+	c.out.slot = -1
 	c.proc = process{pid: in.args.PID, tid: in.args.TID, exe: in.args.Exe, time: in.args.Time, signal: in.args.Signal,
 		names: map[int]string{}, pidfd: in.pidfd, noProc: !in.held}
 	return c

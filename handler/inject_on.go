@@ -4,14 +4,17 @@ package handler
 
 import (
 	"os"
+	"syscall"
 	"time"
 )
 
 // inject makes a supervised child die the ways Go cannot recover from, to
 // test that the supervising parent still reports the crash. Only binaries
 // built with -tags unwoundfault read UNWOUND_FAULT: panic, oom, stack,
-// maps (concurrent map writes), hang; and storehang, which makes storing
-// the report hang, in the parent too, for the hard deadline.
+// maps (concurrent map writes), hang; storehang, which makes storing the
+// report hang, in the parent too, for the hard deadline; landeddie, which
+// kills the child right after its report's rename; and landedhang, which
+// hangs there (the fsyncs of a stalling flash), in the parent too.
 type inject struct{ mode string }
 
 // injectFromEnv reads UNWOUND_FAULT; outside a supervised child only
@@ -19,7 +22,7 @@ type inject struct{ mode string }
 // as any process would, with nobody to report it).
 func injectFromEnv(child bool) inject {
 	mode := os.Getenv("UNWOUND_FAULT")
-	if !child && mode != "storehang" {
+	if !child && mode != "storehang" && mode != "landedhang" {
 		mode = ""
 	}
 	return inject{mode: mode}
@@ -28,8 +31,11 @@ func injectFromEnv(child bool) inject {
 var sink [][]byte
 
 func (f inject) at(where string) {
-	if where == "store" && f.mode == "storehang" {
+	if where == "store" && f.mode == "storehang" || where == "landed" && f.mode == "landedhang" {
 		time.Sleep(time.Hour)
+	}
+	if where == "landed" && f.mode == "landeddie" {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL) // right after the rename
 	}
 	if where != "unwind" {
 		return

@@ -138,7 +138,6 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 	}
 	hard := &hardDeadline{}
 	hard.timer = time.AfterFunc(time.Until(deadline)+2*time.Second, func() {
-		lg.Errorf("hard deadline passed, exiting without a report")
 		hard.settle(lg)
 		os.Exit(code)
 	})
@@ -178,9 +177,17 @@ func (h *hardDeadline) hold(t *admit.Ticket) {
 }
 
 func (h *hardDeadline) settle(lg *Logger) {
+	t := h.ticket.Load()
+	if t.Stored() {
+		// Stalled in the fsyncs after the rename, or in the state's
+		// lock: the report is in, and the next admission settles it.
+		lg.Errorf("hard deadline passed, exiting: the report is in the queue")
+		return
+	}
+	lg.Errorf("hard deadline passed, exiting without a report")
 	// A report being stored right now is waited for (a write, an fsync
 	// and a rename of a few KiB), so that it is not also counted lost.
-	if h.ticket.Load().Settle("deadline", time.Second) {
+	if t.Settle("deadline", time.Second) {
 		lg.Errorf("the crash is counted as dropped (deadline) in the next report")
 	}
 }

@@ -41,12 +41,26 @@ func (c *crash) store(r *report.Report) int {
 	if r.TimeTrusted {
 		crashTime = r.Time
 	}
+	landed := false
+	q.Landed = func(string) {
+		landed = true
+		if c.out.ticket != nil {
+			c.out.ticket.Landed()
+		} else if c.env.policy.Dir != "" {
+			admit.MarkLanded(c.env.policy.Dir, c.out.slot) // the parent's slot
+		}
+		c.env.inject.at("landed")
+	}
 	var res queue.PutResult
 	err = c.out.ticket.Commit(func() (err error) {
 		res, err = q.PutAt(z, r.BootID, crashTime)
 		return err
 	})
-	if err != nil {
+	if err != nil && landed {
+		// An fsync after the rename failed: the report is in the queue
+		// (a power cut may still take it), so it is not counted lost.
+		c.env.log.Errorf("report %s for pid %d: %v (it is in the queue)", r.ID, r.PID, err)
+	} else if err != nil {
 		c.env.log.Errorf("report %s for pid %d lost: %v", r.ID, r.PID, err)
 		if errors.Is(err, queue.ErrFull) {
 			c.lost("queue_full")

@@ -41,13 +41,16 @@ const childGrace = 500 * time.Millisecond
 // handover is the state a parent passes to its child before the core bytes.
 type handover struct {
 	StartNS int64 // the parent's start: one deadline for both
+	Slot    int   // the parent's admission slot, -1 without one (admit.MarkLanded)
 	Dropped map[string]int
 }
 
-// format writes the hand-over as one line of words: the start time, then
-// reason=count for every drop count.
+// format writes the hand-over as one line of words: the start time, the
+// slot, then reason=count for every drop count.
 func (h handover) format() []byte {
 	b := strconv.AppendInt(nil, h.StartNS, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(h.Slot), 10)
 	reasons := make([]string, 0, len(h.Dropped))
 	for r := range h.Dropped {
 		reasons = append(reasons, r)
@@ -64,15 +67,19 @@ func (h handover) format() []byte {
 
 func parseHandover(line string) (handover, error) {
 	f := strings.Fields(line)
-	if len(f) == 0 {
-		return handover{}, errors.New("empty hand-over")
+	if len(f) < 2 {
+		return handover{}, errors.New("short hand-over")
 	}
 	start, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
 		return handover{}, fmt.Errorf("hand-over start %q", f[0])
 	}
-	h := handover{StartNS: start}
-	for _, w := range f[1:] {
+	slot, err := strconv.Atoi(f[1])
+	if err != nil || slot < -1 {
+		return handover{}, fmt.Errorf("hand-over slot %q", f[1])
+	}
+	h := handover{StartNS: start, Slot: slot}
+	for _, w := range f[2:] {
 		r, v, ok := strings.Cut(w, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
@@ -137,6 +144,12 @@ func (c *crash) supervise(o KernelOptions) *report.Report {
 	c.out.frozen = time.Since(c.start)
 	c.env.supervisor = ch != nil
 	if why == "" {
+		return nil
+	}
+	if c.out.ticket.Stored() {
+		// Killed or dead after its report landed, before it could say
+		// so: the report is in the queue, and one more would repeat it.
+		c.env.log.Warnf("pid %d: %s, after its report was stored", c.proc.pid, why)
 		return nil
 	}
 	c.env.log.Errorf("pid %d: %s; writing the registers-only report", c.proc.pid, why)
@@ -249,7 +262,7 @@ func closeAll(fs ...*os.File) {
 // the core bytes read so far.
 func (ch *child) handOver(c *crash, prefix [][]byte) {
 	go func() {
-		ch.handW.Write(handover{StartNS: c.start.UnixNano(), Dropped: c.out.dropped}.format())
+		ch.handW.Write(handover{StartNS: c.start.UnixNano(), Slot: c.out.ticket.Slot(), Dropped: c.out.dropped}.format())
 		for _, b := range prefix {
 			if _, err := ch.handW.Write(b); err != nil {
 				break
@@ -398,7 +411,7 @@ func RunChild(o ChildOptions) int {
 	e.parent = os.Getppid()
 	in := pipeInput(o.Stdin, br, ka, len(o.Args)-1, childPidfd(ka.PID), start.Add(e.cfg.Handler.Deadline.D()))
 	c := newCrash(e, in, start)
-	c.out.errs, c.out.dropped = notes, h.Dropped
+	c.out.errs, c.out.dropped, c.out.slot = notes, h.Dropped, h.Slot
 	c.pipeline((*crash).unwindHere)
 	o.Status.Write([]byte("stored\n"))
 	return 0

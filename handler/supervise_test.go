@@ -190,6 +190,49 @@ func TestHardDeadlineCounts(t *testing.T) {
 	}
 }
 
+// TestLandedIsStored: a handler killed or stalled right after its
+// report's rename (a stalling flash in the fsyncs that follow, the OOM
+// killer) leaves one report and no loss counted: a supervising parent
+// writes no registers-only copy of it, and the next report does not say
+// the crash was dropped. CI's TestCrashStorm once counted such a crash
+// both stored and handler_killed.
+func TestLandedIsStored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the deadline: not in -short")
+	}
+	bin := handlerBinary(t, "unwoundfault")
+	core := stackCore()
+	for _, tc := range []struct{ name, sup, fault, log string }{
+		{"child-killed", "true", "landeddie", "after its report was stored"},
+		{"child-stalls", "true", "landedhang", "after its report was stored"},
+		{"stalls", "false", "landedhang", "the report is in the queue"},
+	} {
+		h := newHandlerEnv(t, "supervise = "+tc.sup)
+		state := filepath.Join(filepath.Dir(h.qdir), "run")
+		os.Mkdir(state, 0o700)
+		if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte("d concurrency 5\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run := h.run(t, bin, core.bytes(), noProcArgs, false, "UNWOUND_FAULT="+tc.fault)
+		if len(run.reports) != 1 || run.reports[0].Handler.Mode == "registers" || !strings.Contains(run.log, tc.log) {
+			t.Fatalf("%s: %d reports (want the one full report); log:\n%s", tc.name, len(run.reports), run.log)
+		}
+		if got := run.reports[0].Dropped; got["concurrency"] != 5 || len(got) != 1 {
+			t.Errorf("%s: the report carries %v, want concurrency 5", tc.name, got)
+		}
+		next := h.run(t, handlerBinary(t, ""), core.bytes(), noProcArgs, false)
+		if len(next.reports) != 2 {
+			t.Fatalf("%s: %d reports after the next crash; log:\n%s", tc.name, len(next.reports), next.log)
+		}
+		for _, r := range next.reports {
+			if r.ID != run.reports[0].ID && len(r.Dropped) != 0 {
+				t.Errorf("%s: the next report carries %v, want nothing", tc.name, r.Dropped)
+			}
+		}
+		t.Logf("%s: %v", tc.name, run.elapsed.Round(time.Millisecond))
+	}
+}
+
 // killWhileStoring starts bin on core with storing made to hang and kills
 // it with SIGKILL once the report is being stored.
 func killWhileStoring(t *testing.T, bin string, h *handlerEnv, core []byte) {
@@ -331,9 +374,9 @@ func TestDumpModePolicy(t *testing.T) {
 }
 
 func TestHandoverRoundTrip(t *testing.T) {
-	for _, h := range []handover{{StartNS: 1700000000123456789}, {StartNS: 5, Dropped: map[string]int{"rate_limit": 3, "concurrency": 1}}} {
+	for _, h := range []handover{{StartNS: 1700000000123456789, Slot: -1}, {StartNS: 5, Slot: 3, Dropped: map[string]int{"rate_limit": 3, "concurrency": 1}}} {
 		got, err := parseHandover(string(h.format()))
-		if err != nil || got.StartNS != h.StartNS || len(got.Dropped) != len(h.Dropped) {
+		if err != nil || got.StartNS != h.StartNS || got.Slot != h.Slot || len(got.Dropped) != len(h.Dropped) {
 			t.Errorf("%+v: got %+v, %v", h, got, err)
 		}
 		for k, v := range h.Dropped {
@@ -342,7 +385,7 @@ func TestHandoverRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"", "x\n", "1 a\n", "1 a=-1\n", "1 a=b\n"} {
+	for _, bad := range []string{"", "x\n", "1\n", "1 a\n", "1 -2\n", "1 0 a\n", "1 0 a=-1\n", "1 0 a=b\n"} {
 		if _, err := parseHandover(bad); err == nil {
 			t.Errorf("parseHandover(%q): no error", bad)
 		}

@@ -82,6 +82,12 @@ var ErrFull = errors.New("queue full")
 
 // Queue is an open queue directory.
 type Queue struct {
+	// Landed, when set, is called right after a new entry's rename: from
+	// then on the entry is in the queue, whatever happens to the caller
+	// in the fsyncs that follow (the handler marks its crash as stored
+	// with it, so that a handler killed there is not counted lost).
+	Landed func(name string)
+
 	dir string
 	opt Options
 	// now is the wall clock (a test sets it).
@@ -323,6 +329,9 @@ func (q *Queue) put(data []byte, boot, entryBoot string, crashTime int64, reap b
 	name := Name{Seq: next, Boot: entryBoot, Time: when}.String()
 	if err := os.Rename(tmp.Name(), filepath.Join(q.dir, name)); err != nil {
 		return res, fmt.Errorf("queue: %w", err)
+	}
+	if q.Landed != nil {
+		q.Landed(name)
 	}
 	// On FAT the size and first cluster live in the directory entry, and
 	// a rename makes a new entry with neither: they reach it when the

@@ -14,7 +14,10 @@
 // report carries, until its outcome is (Ticket.Settle): a handler killed
 // on the way (the OOM killer takes handlers first, by design) leaves the
 // record behind with its slot unlocked, and the next admission counts
-// that crash as ReasonKilled and gives its counts back.
+// that crash as ReasonKilled and gives its counts back. The moment its
+// report lands in the queue is marked in the slot's file, without the
+// state's lock (MarkLanded): a crash so marked is never counted lost, by
+// a Settle or by the next admission, whatever killed its handler after.
 package admit
 
 import (
@@ -26,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/unwound-dev/unwound/internal/flock"
@@ -59,6 +63,69 @@ type Ticket struct {
 	n       int    // the slot's number
 	dir     string // the state directory; "" once settled, or never held
 	mu      sync.Mutex
+	landed  atomic.Bool // its report is in the queue (Landed)
+}
+
+// Slot is the number of the ticket's slot, -1 without one: a supervised
+// child marks it with MarkLanded.
+func (t *Ticket) Slot() int {
+	if t == nil || t.slot == nil {
+		return -1
+	}
+	return t.n
+}
+
+// Landed marks the crash's report as in the queue: call it right after
+// the rename that puts it there. From then on no Settle and no later
+// admission counts the crash lost.
+func (t *Ticket) Landed() {
+	if t == nil {
+		return
+	}
+	t.landed.Store(true)
+	if t.slot != nil {
+		mark(t.slot, landedMark)
+	}
+}
+
+// MarkLanded is Landed for a supervised child, whose parent holds the
+// ticket of slot n in the state directory dir.
+func MarkLanded(dir string, n int) {
+	if n < 0 {
+		return
+	}
+	if f, err := os.OpenFile(slotPath(dir, n), os.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		mark(f, landedMark)
+		f.Close()
+	}
+}
+
+// landedMark, at the start of a slot's file, says the report of the
+// crash admitted in that slot is in the queue. Admission clears it.
+var landedMark, unmarked = []byte{'s'}, []byte{'-'}
+
+// mark writes a slot file's mark in place: one byte, no lock needed.
+func mark(f *os.File, m []byte) error {
+	_, err := unix.Pwrite(int(f.Fd()), m, 0)
+	return err
+}
+
+// landed reports whether slot n's file carries landedMark.
+func landed(dir string, n int) bool {
+	b, _ := os.ReadFile(slotPath(dir, n))
+	return len(b) > 0 && b[0] == landedMark[0]
+}
+
+// Stored reports whether the crash's report is in the queue, marked so by
+// this process or, supervised, by the child.
+func (t *Ticket) Stored() bool {
+	if t == nil {
+		return false
+	}
+	if t.landed.Load() {
+		return true
+	}
+	return t.slot != nil && landed(filepath.Dir(t.slot.Name()), t.n)
 }
 
 // Release frees the concurrency slot; Settle first, or the next admission
@@ -80,6 +147,9 @@ func (t *Ticket) Release() {
 func (t *Ticket) Settle(reason string, within time.Duration) bool {
 	if t == nil {
 		return false
+	}
+	if within > 0 && t.landed.Load() {
+		return false // in the queue: its Commit, or the next admission, settles it
 	}
 	end := time.Now().Add(within)
 	if within <= 0 {
@@ -108,17 +178,18 @@ func (t *Ticket) settleLocked(reason string, within time.Duration) bool {
 	return update(dir, within, func(st *state) {
 		t.dir = "" // settled, once the lock is held
 		delete(st.Held, t.n)
-		if reason != "" {
+		if reason != "" && !t.Stored() {
 			st.lose(t.Dropped, reason)
 		}
 	})
 }
 
 // Commit runs store, which puts the report in the queue, and settles the
-// ticket as stored if it succeeds, with no Settle in between: a hard
-// deadline that comes while the report is being stored waits for the
-// outcome (Settle with within) instead of counting as lost a report that
-// lands a moment later. On an error the ticket stays unsettled, for the
+// ticket as stored if it succeeds or the report landed (Landed) before an
+// error, with no Settle in between: a hard deadline that comes while the
+// report is being stored waits for the outcome (Settle with within)
+// instead of counting as lost a report that lands a moment later. On an
+// error before the report landed the ticket stays unsettled, for the
 // caller to settle with the reason.
 func (t *Ticket) Commit(store func() error) error {
 	if t == nil {
@@ -127,7 +198,7 @@ func (t *Ticket) Commit(store func() error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	err := store()
-	if err == nil {
+	if err == nil || t.landed.Load() {
 		t.settleLocked("", 0)
 	}
 	return err
@@ -198,7 +269,9 @@ func (st *state) reapHeld(dir string, mine int) {
 			}
 			f.Close()
 		}
-		st.lose(carried, ReasonKilled)
+		if !landed(dir, n) {
+			st.lose(carried, ReasonKilled)
+		}
 		delete(st.Held, n)
 	}
 }
@@ -233,8 +306,12 @@ func Check(p Policy, exe string) (*Ticket, error) {
 	}
 	defer lock.Close()
 	st := load(p.Dir)
-	if t.n >= 0 {
+	hold := t.n >= 0
+	if hold {
 		st.reapHeld(p.Dir, t.n)
+		// The slot's mark was the previous crash's: cleared, or this
+		// crash is not tracked (a kill would otherwise read as landed).
+		hold = mark(t.slot, unmarked) == nil
 	}
 	n := now()
 	keep := func(ts []int64) []int64 {
@@ -275,13 +352,13 @@ func Check(p Policy, exe string) (*Ticket, error) {
 		t.Dropped = st.Dropped
 		st.Dropped = map[string]int{}
 	}
-	if t.n >= 0 {
+	if hold {
 		st.Held[t.n] = t.Dropped
 	}
 	if err := save(p.Dir, st); err != nil {
 		return t, fmt.Errorf("admission state: %w", err)
 	}
-	if t.n >= 0 {
+	if hold {
 		t.dir = p.Dir
 	}
 	return t, nil

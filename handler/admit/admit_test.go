@@ -173,6 +173,70 @@ func TestCommitThenDeadline(t *testing.T) {
 	c.Release()
 }
 
+// TestLandedIsNeverLost is CI's TestCrashStorm failure (201 counted for
+// 200 crashes): under a storm the report landed, the handler then waited
+// for the fsyncs and the state's lock past the hard deadline's wait, the
+// deadline gave up and the handler exited. The next admission counted
+// the crash as handler_killed, though its report was in the queue.
+func TestLandedIsNeverLost(t *testing.T) {
+	now = func() int64 { return 1 }
+	p := Policy{Dir: t.TempDir(), MaxConcurrent: 1}
+	Drop(p, ReasonConcurrency)
+	a, _ := Check(p, "x") // carries the concurrency drop
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		a.Commit(func() error {
+			a.Landed() // the rename
+			close(started)
+			<-release // the fsyncs, the state's lock: longer than the deadline waits
+			return nil
+		})
+		close(done)
+	}()
+	// The handler is dead from here on: its Commit never goes on (it
+	// would settle the slot's next crash as its own).
+	t.Cleanup(func() { close(release); <-done })
+	<-started
+	if a.Settle("deadline", 20*time.Millisecond) {
+		t.Error("the deadline counted a crash whose report landed")
+	}
+	a.slot.Close() // the handler exits: its slot is free, the crash held
+	b, err := Check(p, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Pending(p.Dir); len(got) != 0 {
+		t.Errorf("pending after a landed report's handler died: %v, want nothing", got)
+	}
+
+	// The slot's mark was a's: b's own crash is lost if its handler dies.
+	b.slot.Close()
+	c, _ := Check(p, "x")
+	if got := c.Dropped; got[ReasonKilled] != 1 || len(got) != 1 {
+		t.Errorf("the report after a handler died unstored carries %v, want handler_killed 1", got)
+	}
+}
+
+// A supervised child marks its parent's slot: the parent's deadline, or
+// the next admission after the parent died, counts nothing.
+func TestChildMarksParentsSlot(t *testing.T) {
+	now = func() int64 { return 1 }
+	p := Policy{Dir: t.TempDir(), MaxConcurrent: 2}
+	a, _ := Check(p, "x")
+	if a.Stored() {
+		t.Fatal("stored before anything landed")
+	}
+	MarkLanded(p.Dir, a.Slot())
+	if !a.Stored() {
+		t.Fatal("the child's mark is not seen by the parent")
+	}
+	if a.Settle("deadline", time.Second) && len(Pending(p.Dir)) != 0 {
+		t.Errorf("the parent's deadline counted the child's stored report: %v", Pending(p.Dir))
+	}
+	a.Release()
+	MarkLanded(p.Dir, -1) // no slot: nothing to mark
+}
+
 func TestCorruptStateIsReset(t *testing.T) {
 	p := Policy{Dir: t.TempDir(), Count: 1, Window: time.Hour}
 	save(p.Dir, &state{Global: []int64{1}})
