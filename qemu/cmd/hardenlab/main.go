@@ -296,14 +296,27 @@ func budget(prog string, modes []string) {
 		if !ok {
 			console.Fail("mode %s: handler still running", mode)
 		}
-		m, _ := filepath.Glob("/run/rss-" + mode + ".*")
-		var rss string
-		if len(m) == 1 {
-			b, _ := os.ReadFile(m[0])
-			rss = strings.TrimSpace(string(b))
-		}
+		rss := wrapperLine("/run/rss-"+mode+".*", 30*time.Second)
 		console.Say("BUDGET mode=%s pid=%d reap_ms=%d handler_gone_ms=%d %s", mode, cmd.Process.Pid, reap.Milliseconds(),
 			(reap + exit).Milliseconds(), rss)
+	}
+}
+
+// wrapperLine waits for the measuring wrapper's line, matching glob: the
+// wrapper writes it after the handler is gone and its sampler stopped, a
+// moment that a loaded host stretches past the handler's exit.
+func wrapperLine(glob string, max time.Duration) string {
+	for end := time.Now().Add(max); ; time.Sleep(20 * time.Millisecond) {
+		m, _ := filepath.Glob(glob)
+		if len(m) == 1 {
+			b, _ := os.ReadFile(m[0])
+			if line := string(b); strings.HasSuffix(line, "\n") || time.Now().After(end) {
+				return strings.TrimSpace(line)
+			}
+		}
+		if time.Now().After(end) {
+			return ""
+		}
 	}
 }
 
