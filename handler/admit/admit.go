@@ -64,12 +64,13 @@ type Ticket struct {
 	dir     string // the state directory; "" once settled, or never held
 	mu      sync.Mutex
 	landed  atomic.Bool // its report is in the queue (Landed)
+	marks   bool        // the slot's mark is this crash's: cleared at admission
 }
 
 // Slot is the number of the ticket's slot, -1 without one: a supervised
 // child marks it with MarkLanded.
 func (t *Ticket) Slot() int {
-	if t == nil || t.slot == nil {
+	if t == nil || !t.marks {
 		return -1
 	}
 	return t.n
@@ -83,7 +84,7 @@ func (t *Ticket) Landed() {
 		return
 	}
 	t.landed.Store(true)
-	if t.slot != nil {
+	if t.marks {
 		mark(t.slot, landedMark)
 	}
 }
@@ -125,7 +126,7 @@ func (t *Ticket) Stored() bool {
 	if t.landed.Load() {
 		return true
 	}
-	return t.slot != nil && landed(filepath.Dir(t.slot.Name()), t.n)
+	return t.Slot() >= 0 && landed(filepath.Dir(t.slot.Name()), t.n)
 }
 
 // Release frees the concurrency slot; Settle first, or the next admission
@@ -312,6 +313,7 @@ func Check(p Policy, exe string) (*Ticket, error) {
 		// The slot's mark was the previous crash's: cleared, or this
 		// crash is not tracked (a kill would otherwise read as landed).
 		hold = mark(t.slot, unmarked) == nil
+		t.marks = hold
 	}
 	n := now()
 	keep := func(ts []int64) []int64 {
