@@ -163,7 +163,8 @@ func startKernel(lg *Logger, configPath string, args []string, start time.Time, 
 // crash's admission ticket first, as lost for "deadline", never waiting
 // more than a second for a report being stored or the admission state's
 // lock. (When it cannot, the next admission finds the crash held with its
-// slot free and counts it as handler_killed.)
+// slot free and counts it as handler_killed, unless its report landed:
+// admit.Ticket.Landed.)
 type hardDeadline struct {
 	timer  *time.Timer
 	ticket atomic.Pointer[admit.Ticket] // the crash being handled, nil before admission

@@ -161,13 +161,7 @@ func TestHardDeadlineCounts(t *testing.T) {
 		{"killed", "true", admit.ReasonKilled, true},
 	} {
 		h := newHandlerEnv(t, "supervise = "+tc.sup)
-		state := filepath.Join(filepath.Dir(h.qdir), "run")
-		os.Mkdir(state, 0o700)
-		// Five crashes dropped earlier, which this crash's report is
-		// to carry.
-		if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte("d concurrency 5\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		h.droppedBefore(t, 5) // which this crash's report is to carry
 		if tc.kill {
 			killWhileStoring(t, bin, h, core.bytes())
 		} else {
@@ -208,11 +202,7 @@ func TestLandedIsStored(t *testing.T) {
 		{"stalls", "false", "landedhang", "the report is in the queue"},
 	} {
 		h := newHandlerEnv(t, "supervise = "+tc.sup)
-		state := filepath.Join(filepath.Dir(h.qdir), "run")
-		os.Mkdir(state, 0o700)
-		if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte("d concurrency 5\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		h.droppedBefore(t, 5)
 		run := h.run(t, bin, core.bytes(), noProcArgs, false, "UNWOUND_FAULT="+tc.fault)
 		if len(run.reports) != 1 || run.reports[0].Handler.Mode == "registers" || !strings.Contains(run.log, tc.log) {
 			t.Fatalf("%s: %d reports (want the one full report); log:\n%s", tc.name, len(run.reports), run.log)
@@ -230,6 +220,17 @@ func TestLandedIsStored(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %v", tc.name, run.elapsed.Round(time.Millisecond))
+	}
+}
+
+// droppedBefore records n crashes dropped for concurrency before the
+// next one, in the admission state the handler's config names.
+func (h *handlerEnv) droppedBefore(t *testing.T, n int) {
+	t.Helper()
+	state := filepath.Join(filepath.Dir(h.qdir), "run")
+	os.Mkdir(state, 0o700)
+	if err := os.WriteFile(filepath.Join(state, "rate.state"), []byte(fmt.Sprintf("d concurrency %d\n", n)), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -141,16 +141,14 @@ func (t *Ticket) Release() {
 // Settle records the crash's outcome: with reason "", its report is
 // stored (or someone else counted it); else it is lost for reason, which
 // is counted, and the drops it carried are given back. Only the first
-// call counts. within > 0 bounds the whole wait (polling, never
+// call counts, and a crash whose report landed (Landed, MarkLanded) is
+// never counted lost. within > 0 bounds the whole wait (polling, never
 // blocking): for the ticket, while a Commit is storing the report, and
 // for the state's lock. The hard deadline settles so, as the handler must
 // go whatever holds either. It reports whether it recorded the outcome.
 func (t *Ticket) Settle(reason string, within time.Duration) bool {
 	if t == nil {
 		return false
-	}
-	if within > 0 && t.landed.Load() {
-		return false // in the queue: its Commit, or the next admission, settles it
 	}
 	end := time.Now().Add(within)
 	if within <= 0 {
@@ -307,13 +305,11 @@ func Check(p Policy, exe string) (*Ticket, error) {
 	}
 	defer lock.Close()
 	st := load(p.Dir)
-	hold := t.n >= 0
-	if hold {
+	if t.n >= 0 {
 		st.reapHeld(p.Dir, t.n)
 		// The slot's mark was the previous crash's: cleared, or this
 		// crash is not tracked (a kill would otherwise read as landed).
-		hold = mark(t.slot, unmarked) == nil
-		t.marks = hold
+		t.marks = mark(t.slot, unmarked) == nil
 	}
 	n := now()
 	keep := func(ts []int64) []int64 {
@@ -354,13 +350,13 @@ func Check(p Policy, exe string) (*Ticket, error) {
 		t.Dropped = st.Dropped
 		st.Dropped = map[string]int{}
 	}
-	if hold {
+	if t.marks {
 		st.Held[t.n] = t.Dropped
 	}
 	if err := save(p.Dir, st); err != nil {
 		return t, fmt.Errorf("admission state: %w", err)
 	}
-	if hold {
+	if t.marks {
 		t.dir = p.Dir
 	}
 	return t, nil
