@@ -312,10 +312,12 @@ func (ch *child) wait(deadline time.Time) string {
 	return why
 }
 
-// fatalLine picks the Go runtime's own words out of a dead child's stderr.
+// fatalLine picks the Go runtime's own words out of a dead child's stderr:
+// a fatal error, a panic, or a fault the runtime itself took (its line
+// "SIGSEGV: segmentation violation", with no fatal error before it).
 func fatalLine(b []byte) string {
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "panic: ") {
+		if hasPrefix(l, "fatal error: ", "panic: ", "SIGSEGV: ", "SIGBUS: ", "SIGILL: ", "SIGFPE: ") {
 			if len(l) > 160 {
 				l = l[:160] + "…"
 			}
@@ -323,6 +325,15 @@ func fatalLine(b []byte) string {
 		}
 	}
 	return ""
+}
+
+func hasPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // headWriter keeps the first max bytes written to it, and the last max
