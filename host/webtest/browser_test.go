@@ -150,8 +150,18 @@ func TestPageInBrowser(t *testing.T) {
 	}
 
 	// The browser: headless, no sandbox (it runs as root here), nothing
-	// fetched from the network, a fresh profile.
-	profile := t.TempDir()
+	// fetched from the network, a fresh profile. Chromium's helper
+	// processes may still write to the profile for a moment after the
+	// browser is gone, so it is removed with retries, not by t.TempDir.
+	profile, err := os.MkdirTemp("", "unwound-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for end := time.Now().Add(10 * time.Second); os.RemoveAll(profile) != nil && time.Now().Before(end); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(browser),
 		chromedp.Flag("headless", true),
